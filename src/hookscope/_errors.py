@@ -1,0 +1,47 @@
+"""Exception and warning classes, and the helpers that make error messages teach."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+__all__ = [
+    "CompiledModelWarning",
+    "HookscopeWarning",
+    "UnobservedModuleWarning",
+    "closest_names",
+    "unknown_name",
+]
+
+
+class HookscopeWarning(UserWarning):
+    """Base class of every warning hookscope emits."""
+
+
+class CompiledModelWarning(HookscopeWarning):
+    """Hooks were attached to a model that torch.compile may already have traced without them."""
+
+
+class UnobservedModuleWarning(HookscopeWarning):
+    """A selected module never fired during a step (its hooks cannot see what it does)."""
+
+
+def closest_names(name: str, candidates: Iterable[str], n: int = 5) -> list[str]:
+    """Return up to `n` candidates closest to `name`, best first."""
+    pool = [c for c in candidates if c]
+    close = difflib.get_close_matches(name, pool, n=n, cutoff=0.4)
+    if len(close) < n:
+        prefix = name.split(".")[0]
+        close += [c for c in pool if c.startswith(prefix) and c not in close][: n - len(close)]
+    return close
+
+
+def unknown_name(argument: str, name: str, candidates: Iterable[str], what: str = "module path") -> str:
+    """Build the message for an unknown name: the argument, the value, the closest names and the fix."""
+    pool = list(candidates)
+    close = closest_names(name, pool)
+    hint = f" Closest {what}s: {', '.join(repr(c) for c in close)}." if close else ""
+    return (
+        f"{argument} must name an existing {what}, got {name!r}.{hint}"
+        f" List them with [path for path, _ in hookscope.named_modules(model)]."
+    )

@@ -1,0 +1,58 @@
+"""Hook primitives: handles, one registry, scopes, module selection, and the fastai vocabulary.
+
+Every hook hookscope places goes through `REGISTRY` (`_registry.py`) and comes back as a `HookHandle` with an
+idempotent `remove()`; `scope()` removes exactly what was registered inside it. `_select.py` is the one selector
+language for "which modules" and normalizes paths across DDP/compile/FSDP wrappers. `_module.py`, `_tensor.py`
+and `_optim.py` register module, tensor/parameter and optimizer hooks; `_grad.py` observes gradients of module
+outputs with tensor hooks (robust to in-place ops and nested outputs); `_fastai.py` builds `Hook`, `Hooks`,
+`hook_output(s)` on top; `_listing.py` lists and removes hooks. Everything above this package (monitors,
+weights, summaries, callbacks) registers hooks only through these functions.
+"""
+
+from ._fastai import Hook, Hooks, gather_tensor, hook_output, hook_outputs
+from ._grad import register_output_grad_hook
+from ._guards import check_hookable, is_compiled, warn_if_compiled
+from ._listing import HookInfo, list_hooks, remove_hooks
+from ._module import MODULE_KINDS, register_global_module_hook, register_module_hook
+from ._optim import register_global_optimizer_hook, register_optimizer_hook
+from ._registry import KINDS, REGISTRY, HookHandle, HookRegistry, Scope, scope
+from ._select import Selector, has_own_params, named_modules, normalize_path, path_of, select_modules, unwrap
+from ._tensor import register_post_accumulate_grad_hook, register_tensor_hook
+from ._tree import map_tensors, tensor_leaves
+
+__all__ = [
+    "KINDS",
+    "MODULE_KINDS",
+    "REGISTRY",
+    "Hook",
+    "HookHandle",
+    "HookInfo",
+    "HookRegistry",
+    "Hooks",
+    "Scope",
+    "Selector",
+    "check_hookable",
+    "gather_tensor",
+    "has_own_params",
+    "hook_output",
+    "hook_outputs",
+    "is_compiled",
+    "list_hooks",
+    "map_tensors",
+    "named_modules",
+    "normalize_path",
+    "path_of",
+    "register_global_module_hook",
+    "register_global_optimizer_hook",
+    "register_module_hook",
+    "register_optimizer_hook",
+    "register_output_grad_hook",
+    "register_post_accumulate_grad_hook",
+    "register_tensor_hook",
+    "remove_hooks",
+    "scope",
+    "select_modules",
+    "tensor_leaves",
+    "unwrap",
+    "warn_if_compiled",
+]

@@ -1,0 +1,90 @@
+"""Gradients of module outputs, observed with tensor hooks on the outputs instead of full backward hooks.
+
+Full backward hooks fail when an in-place op follows the module (torch issue 61519) and cannot see tensors
+nested in dicts or namedtuples (issue 87540). Here a forward hook finds every output tensor that requires grad
+and registers one multi-grad hook on them, which fires once with all their gradients. A module called k times
+in one forward gets k call indices (0 .. k-1), and each call is paired with its own gradient.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from ._module import register_module_hook
+from ._registry import HookHandle
+from ._tree import tensor_leaves
+
+__all__ = ["OutputGradHook", "register_output_grad_hook"]
+
+OutputGradHook = Callable[[nn.Module, tuple[torch.Tensor | None, ...], int], None]
+
+
+class _CallToken:
+    """Lives as long as one call's autograd graph holds its gradient hook."""
+
+    __slots__ = ("__weakref__",)
+
+
+class _PendingCalls:
+    """Calls whose gradient has not arrived yet; a call whose graph was freed unused drops out by itself."""
+
+    def __init__(self) -> None:
+        self.active = True
+        self._pending: list[weakref.ref[_CallToken]] = []
+
+    def start(self) -> tuple[_CallToken, int]:
+        self._pending = [ref for ref in self._pending if ref() is not None]
+        token = _CallToken()
+        self._pending.append(weakref.ref(token))
+        return token, len(self._pending) - 1
+
+    def finish(self, token: _CallToken) -> None:
+        self._pending = [ref for ref in self._pending if ref() is not token and ref() is not None]
+
+
+def register_output_grad_hook(
+    module: nn.Module,
+    hook: OutputGradHook,
+    *,
+    owner: object | None = None,
+    path: str | None = None,
+    tags: Iterable[str] = (),
+    prepend: bool = False,
+) -> HookHandle:
+    """Call `hook(module, grad_output, call_index) -> None` with d loss / d output of each call of `module`.
+
+    `grad_output` holds one entry per output tensor that requires grad, in the order of
+    `hookscope.hooks.tensor_leaves(output)` (`None` where that output received no gradient). Outputs that do not
+    require grad (no-grad or eval passes, integer outputs) produce no call.
+    """
+    pending = _PendingCalls()
+
+    def forward_hook(mod: nn.Module, args: Any, output: Any) -> None:
+        leaves = [t for _, t in tensor_leaves(output) if t.requires_grad]
+        if not leaves or not pending.active:
+            return
+        token, index = pending.start()
+
+        def on_grads(grads: Any) -> None:
+            pending.finish(token)
+            if pending.active:
+                hook(mod, tuple(grads), index)
+
+        torch.autograd.graph.register_multi_grad_hook(leaves, on_grads, mode="all")
+
+    handle = register_module_hook(module, "forward", forward_hook, owner=owner, path=path, tags=tags, prepend=prepend)
+    handle.kind = "output_grad"
+    handle._removers = [*(handle._removers or []), _deactivate(pending)]
+    return handle
+
+
+def _deactivate(pending: _PendingCalls) -> Callable[[], None]:
+    def remove() -> None:
+        pending.active = False
+
+    return remove

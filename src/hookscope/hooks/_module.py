@@ -1,0 +1,77 @@
+"""Module hooks (forward-pre, forward, backward-pre, backward) and global module hooks, through the registry."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch.nn as nn
+import torch.nn.modules.module as module_globals
+
+from ._guards import check_hookable, warn_if_compiled
+from ._registry import REGISTRY, HookHandle
+
+__all__ = ["MODULE_KINDS", "register_global_module_hook", "register_module_hook"]
+
+MODULE_KINDS = ("forward_pre", "forward", "backward_pre", "backward")
+_GLOBAL_KINDS = {
+    "forward_pre": module_globals.register_module_forward_pre_hook,
+    "forward": module_globals.register_module_forward_hook,
+    "backward": module_globals.register_module_full_backward_hook,
+}
+
+
+def register_module_hook(
+    module: nn.Module,
+    kind: str,
+    hook: Callable[..., Any],
+    *,
+    owner: object | None = None,
+    path: str | None = None,
+    tags: Iterable[str] = (),
+    prepend: bool = False,
+    with_kwargs: bool = False,
+    always_call: bool = False,
+) -> HookHandle:
+    """Register `hook` on `module` and record it in the registry.
+
+    Call contracts, as torch's: `forward_pre`: `hook(module, args) -> None or new args`; `forward`:
+    `hook(module, args, output) -> None or new output`; `backward_pre`: `hook(module, grad_output) -> None or new
+    grad_output`; `backward`: `hook(module, grad_input, grad_output) -> None or new grad_input` (full backward
+    hooks; the deprecated `register_backward_hook` is never used). With `with_kwargs=True` forward hooks also
+    receive the keyword arguments.
+
+    Raises:
+        ValueError: `kind` is not one of `MODULE_KINDS`.
+        TypeError: `module` is not an `nn.Module`, or is a TorchScript module.
+    """
+    check_hookable(module)
+    warn_if_compiled(module)
+    if kind == "forward_pre":
+        handle = module.register_forward_pre_hook(hook, prepend=prepend, with_kwargs=with_kwargs)
+    elif kind == "forward":
+        handle = module.register_forward_hook(hook, prepend=prepend, with_kwargs=with_kwargs, always_call=always_call)
+    elif kind == "backward_pre":
+        handle = module.register_full_backward_pre_hook(hook, prepend=prepend)
+    elif kind == "backward":
+        handle = module.register_full_backward_hook(hook, prepend=prepend)
+    else:
+        raise ValueError(f"kind must be one of {MODULE_KINDS}, got {kind!r}")
+    return REGISTRY.add(kind, [handle.remove], target=module, owner=owner, path=path, tags=tags, torch_handles=[handle])
+
+
+def register_global_module_hook(
+    kind: str, hook: Callable[..., Any], *, owner: object | None = None, tags: Iterable[str] = ()
+) -> HookHandle:
+    """Register `hook` for every module in the process (torch's global module hooks).
+
+    Call contracts as in `register_module_hook`; `kind` is `"forward_pre"`, `"forward"` or `"backward"`.
+
+    Raises:
+        ValueError: `kind` is not a global kind.
+    """
+    register = _GLOBAL_KINDS.get(kind)
+    if register is None:
+        raise ValueError(f"kind must be one of {tuple(_GLOBAL_KINDS)}, got {kind!r}")
+    handle = register(hook)
+    return REGISTRY.add(f"global_{kind}", [handle.remove], owner=owner, tags=tags, torch_handles=[handle])

@@ -1,0 +1,57 @@
+"""Optimizer step pre/post hooks, per optimizer or global, through the registry."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+from ._registry import REGISTRY, HookHandle
+
+__all__ = ["register_global_optimizer_hook", "register_optimizer_hook"]
+
+OptimizerHook = Callable[[torch.optim.Optimizer, tuple[Any, ...], dict[str, Any]], Any]
+
+
+def register_optimizer_hook(
+    optimizer: torch.optim.Optimizer,
+    kind: str,
+    hook: OptimizerHook,
+    *,
+    owner: object | None = None,
+    tags: Iterable[str] = (),
+) -> HookHandle:
+    """Register `hook(optimizer, args, kwargs) -> None` before (`"step_pre"`) or after (`"step_post"`) each step.
+
+    Raises:
+        TypeError: `optimizer` is not a `torch.optim.Optimizer`.
+        ValueError: `kind` is neither `"step_pre"` nor `"step_post"`.
+    """
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    if kind == "step_pre":
+        handle = optimizer.register_step_pre_hook(hook)
+    elif kind == "step_post":
+        handle = optimizer.register_step_post_hook(hook)
+    else:
+        raise ValueError(f"kind must be 'step_pre' or 'step_post', got {kind!r}")
+    return REGISTRY.add(f"optimizer_{kind}", [handle.remove], target=optimizer, owner=owner, tags=tags)
+
+
+def register_global_optimizer_hook(
+    kind: str, hook: OptimizerHook, *, owner: object | None = None, tags: Iterable[str] = ()
+) -> HookHandle:
+    """Register `hook(optimizer, args, kwargs) -> None` around the step of every optimizer in the process.
+
+    Raises:
+        ValueError: `kind` is neither `"step_pre"` nor `"step_post"`.
+    """
+    if kind == "step_pre":
+        handle = register_optimizer_step_pre_hook(hook)
+    elif kind == "step_post":
+        handle = register_optimizer_step_post_hook(hook)
+    else:
+        raise ValueError(f"kind must be 'step_pre' or 'step_post', got {kind!r}")
+    return REGISTRY.add(f"optimizer_global_{kind}", [handle.remove], owner=owner, tags=tags)

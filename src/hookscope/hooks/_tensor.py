@@ -1,0 +1,66 @@
+"""Tensor gradient hooks and parameter post-accumulate-grad hooks, through the registry."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import torch
+
+from ._registry import REGISTRY, HookHandle
+
+__all__ = ["register_post_accumulate_grad_hook", "register_tensor_hook"]
+
+
+def register_tensor_hook(
+    tensor: torch.Tensor,
+    hook: Callable[[torch.Tensor], torch.Tensor | None],
+    *,
+    owner: object | None = None,
+    path: str | None = None,
+    tags: Iterable[str] = (),
+) -> HookHandle:
+    """Register `hook(grad) -> None or new grad` on `tensor`'s gradient.
+
+    Raises:
+        TypeError: `tensor` is not a tensor.
+        ValueError: `tensor` does not require grad.
+    """
+    _check_tensor(tensor)
+    handle = tensor.register_hook(hook)  # type: ignore[no-untyped-call]
+    return REGISTRY.add(
+        "tensor", [handle.remove], target=tensor, owner=owner, path=path, tags=tags, torch_handles=[handle]
+    )
+
+
+def register_post_accumulate_grad_hook(
+    parameter: torch.Tensor,
+    hook: Callable[[torch.Tensor], None],
+    *,
+    owner: object | None = None,
+    path: str | None = None,
+    tags: Iterable[str] = (),
+) -> HookHandle:
+    """Register `hook(parameter) -> None`, called once `parameter.grad` is fully accumulated for a backward.
+
+    Unlike `parameter.register_hook`, it sees the gradient after accumulation (a parameter used twice is seen
+    once) and it fires under FSDP2, where parameters are DTensors.
+
+    Raises:
+        TypeError: `parameter` is not a tensor.
+        ValueError: `parameter` is not a leaf that requires grad.
+    """
+    _check_tensor(parameter)
+    if not parameter.is_leaf:
+        raise ValueError("parameter must be a leaf tensor (a parameter), got a non-leaf tensor")
+    handle = parameter.register_post_accumulate_grad_hook(hook)  # type: ignore[no-untyped-call]
+    return REGISTRY.add(
+        "post_accumulate_grad", [handle.remove], target=parameter, owner=owner, path=path, tags=tags,
+        torch_handles=[handle],
+    )  # fmt: skip
+
+
+def _check_tensor(tensor: object) -> None:
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"tensor must be a torch.Tensor, got {type(tensor).__name__}")
+    if not tensor.requires_grad:
+        raise ValueError("tensor must require grad to have gradient hooks; call .requires_grad_() first")
