@@ -1,0 +1,156 @@
+"""`WatchResults`: what `watch()` collected, as per-layer series over recorded steps; saved as safetensors + JSON.
+
+Every series has one entry per recorded step (`steps`), `NaN` where the layer or parameter was not observed in
+that step. This is the one format that the doctor, the plots and the report read.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .._io import load_bundle, save_bundle
+
+__all__ = ["ACTIVATION_STATS", "GRAD_STATS", "WatchResults"]
+
+ACTIVATION_STATS = ("mean", "std", "rms", "min", "max", "near_zero", "nonfinite", "saturated")
+"""Per module output, per step: mean, unbiased std, root mean square, min, max, fraction with |x| <= near_zero,
+count of non-finite values, and (tanh/sigmoid-family modules only, else NaN) fraction within 1% of a bound."""
+
+GRAD_STATS = ("norm", "nonfinite")
+"""Per module output gradient and per parameter gradient, per step: L2 norm and count of non-finite values."""
+
+_KIND = "watch_results"
+
+
+@dataclass
+class WatchResults:
+    """Per-layer series collected by `watch()`; all tensors on the CPU.
+
+    Attributes:
+        steps: (S,) int64, the step number of each recorded step (counted from 0).
+        layers: module path -> module type name, for every selected module, in model order.
+        activations: module path -> stat name (`ACTIVATION_STATS`) -> (S,) float32.
+        histograms: module path -> (S, bins) float32 counts of output values (out-of-range values in end bins).
+        hist_edges: module path -> (bins + 1,) float32 bin edges.
+        output_grads: module path -> stat name (`GRAD_STATS`) -> (S,) float32, d loss / d output.
+        param_grads: parameter name -> stat name (`GRAD_STATS`) -> (S,) float32, after accumulation (and after
+            DDP's all-reduce when wrapped: `meta["grad_reduction"]` says which).
+        update_ratios: parameter name -> (S,) float32, ||W_after - W_before|| / ||W_after|| per optimizer step.
+        losses: (S,) float32 when the loss was logged (`watch.log_loss`), else `None`.
+        unit_activity: module path -> (units,) float32, the fraction of observed values of each output unit
+            (dim 1 of 4-D outputs, the last dim otherwise) that were > 0, over all recorded steps.
+        identical_units: module path -> number of output units identical (within 1e-6) to another unit of the
+            same layer, read from the weights when the results were taken.
+        first_nonfinite: `{"forward": {"path", "step"} or None, "backward": {"path", "step"} or None}`: the first
+            module (in execution order) whose output, or output gradient, became NaN/Inf.
+        unobserved: module path -> why it was never observed (with advice).
+        dropped: reason -> number of observations not kept (`"sampling"`, `"capacity"`, `"eval"` ...).
+        meta: free-form run metadata (options, torch version, model class ...), JSON-able.
+    """
+
+    steps: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.int64))
+    layers: dict[str, str] = field(default_factory=dict)
+    activations: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
+    histograms: dict[str, torch.Tensor] = field(default_factory=dict)
+    hist_edges: dict[str, torch.Tensor] = field(default_factory=dict)
+    output_grads: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
+    param_grads: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
+    update_ratios: dict[str, torch.Tensor] = field(default_factory=dict)
+    losses: torch.Tensor | None = None
+    unit_activity: dict[str, torch.Tensor] = field(default_factory=dict)
+    identical_units: dict[str, int] = field(default_factory=dict)
+    first_nonfinite: dict[str, dict[str, Any] | None] = field(
+        default_factory=lambda: {"forward": None, "backward": None}
+    )
+    unobserved: dict[str, str] = field(default_factory=dict)
+    dropped: dict[str, int] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_steps(self) -> int:
+        """The number of recorded steps."""
+        return int(self.steps.numel())
+
+    def series(self) -> dict[str, dict[str, dict[str, torch.Tensor]]]:
+        """Every (S,) series by group (`activations`, `output_grads`, `param_grads`, `update_ratios`, `losses`)."""
+        out: dict[str, dict[str, dict[str, torch.Tensor]]] = {
+            "activations": self.activations,
+            "output_grads": self.output_grads,
+            "param_grads": self.param_grads,
+            "update_ratios": {name: {"ratio": s} for name, s in self.update_ratios.items()},
+        }
+        if self.losses is not None:
+            out["losses"] = {"loss": {"loss": self.losses}}
+        return out
+
+    def to_records(self) -> list[dict[str, Any]]:
+        """Long-format rows `{step, group, name, stat, value}`, one per recorded value (NaN rows skipped)."""
+        steps = self.steps.tolist()
+        rows = []
+        for group, names in self.series().items():
+            for name, stats in names.items():
+                for stat, values in stats.items():
+                    for step, value in zip(steps, values.tolist(), strict=True):
+                        if not math.isnan(value):
+                            rows.append({"step": step, "group": group, "name": name, "stat": stat, "value": value})
+        return rows
+
+    def to_dataframe(self) -> Any:
+        """`to_records()` as a pandas DataFrame.
+
+        Raises:
+            ImportError: pandas is not installed (`pip install pandas`).
+        """
+        try:
+            import pandas as pd
+        except ImportError as err:
+            raise ImportError("to_dataframe needs pandas: pip install pandas") from err
+        return pd.DataFrame.from_records(self.to_records(), columns=["step", "group", "name", "stat", "value"])
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the results atomically to one safetensors file (tensors) with a JSON header (the rest)."""
+        tensors: dict[str, torch.Tensor] = {"steps": self.steps}
+        for group, names in self.series().items():
+            for name, stats in names.items():
+                for stat, values in stats.items():
+                    tensors[f"{group}/{name}/{stat}"] = values
+        for prefix, table in (("histograms", self.histograms), ("hist_edges", self.hist_edges)):
+            tensors.update({f"{prefix}/{name}": t for name, t in table.items()})
+        tensors.update({f"unit_activity/{name}": t for name, t in self.unit_activity.items()})
+        document = {
+            "layers": self.layers,
+            "identical_units": self.identical_units,
+            "first_nonfinite": self.first_nonfinite,
+            "unobserved": self.unobserved,
+            "dropped": self.dropped,
+            "meta": self.meta,
+        }
+        return save_bundle(path, tensors, document, _KIND)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> WatchResults:
+        """Read results written by `save` (never unpickles).
+
+        Raises:
+            ValueError: the file is not hookscope watch results (see `hookscope._io.load_bundle`).
+        """
+        tensors, document = load_bundle(path, _KIND)
+        results = cls(steps=tensors.pop("steps", torch.zeros(0, dtype=torch.int64)), **document)
+        for key, value in tensors.items():
+            group, _, rest = key.partition("/")
+            name, _, stat = rest.rpartition("/")
+            if group in ("activations", "output_grads", "param_grads"):
+                getattr(results, group).setdefault(name, {})[stat] = value
+            elif group == "update_ratios":
+                results.update_ratios[name] = value
+            elif group == "losses":
+                results.losses = value
+            else:  # histograms, hist_edges, unit_activity: "group/name"
+                getattr(results, group)[rest] = value
+        return results
