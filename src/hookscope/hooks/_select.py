@@ -3,7 +3,7 @@
 A selector is one of:
     * `None`: every module that has parameters of its own;
     * a path or glob on dotted module paths (`"encoder.*.mlp"`; `*` matches one path component, `**` any number,
-      `?` one character); the root is `""`;
+      `?` one character); the root is `""`, selected only by `""` itself;
     * an `nn.Module` inside the model, a module type, or a tuple of types;
     * a predicate `(path, module) -> bool`;
     * a list or tuple of any of the above (their union).
@@ -140,7 +140,8 @@ def _is_type_tuple(selector: Any) -> bool:
 
 def _match_path(modules: list[tuple[str, nn.Module]], pattern: str, argument: str) -> set[int]:
     regex = _glob_regex(pattern)
-    chosen = {id(m) for path, m in modules if regex.fullmatch(path)}
+    # The root's path is "": only the pattern "" selects it, never a glob such as "*".
+    chosen = {id(m) for path, m in modules if (path or not pattern) and regex.fullmatch(path)}
     if not chosen:
         raise ValueError(unknown_name(argument, pattern, (p for p, _ in modules)))
     return chosen
