@@ -1,0 +1,326 @@
+"""Monitoring overhead, side by side: the median ratio of a watched training step to the bare step.
+
+Every configuration of one model runs in this one process, interleaved in rounds (A B C A B C ...) after a
+warm-up, so machine drift hits all of them alike. Each round times `steps` training steps (forward, backward,
+optimizer step) per configuration; the ratio of a round is its mean step time over the bare mean of the same
+round. The table gives the median ratio and its interquartile range over rounds.
+
+    python bench/overhead.py                 # all models, full run; writes bench/results/overhead.json
+    python bench/overhead.py --quick         # a short run
+    python bench/overhead.py --models tiny --rounds 3 --steps 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import platform
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+import hookscope
+from hookscope.hooks import register_module_hook, scope, select_modules
+
+HERE = Path(__file__).resolve().parent
+Step = Callable[[], None]
+Config = Callable[[nn.Module, torch.optim.Optimizer], contextlib.AbstractContextManager[Any]]
+
+
+def mlp() -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    layers: list[nn.Module] = []
+    for _ in range(3):
+        layers += [nn.Linear(1024, 1024), nn.ReLU()]
+    return nn.Sequential(*layers, nn.Linear(1024, 10)), torch.randn(256, 1024), torch.randint(0, 10, (256,))
+
+
+def tiny() -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    model = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 10))
+    return model, torch.randn(8, 32), torch.randint(0, 10, (8,))
+
+
+def cnn() -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    layers: list[nn.Module] = []
+    channels = [3, 32, 32, 64, 64, 128, 128, 128, 128]
+    for index in range(8):
+        stride = 2 if index in (2, 4, 6) else 1
+        layers += [nn.Conv2d(channels[index], channels[index + 1], 3, stride, 1, bias=False)]
+        layers += [nn.BatchNorm2d(channels[index + 1]), nn.ReLU(inplace=True)]
+    model = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 10))
+    return model, torch.randn(64, 3, 32, 32), torch.randint(0, 10, (64,))
+
+
+class Encoder(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(256, 4, 1024, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 4, enable_nested_tensor=False)
+        self.head = nn.Linear(256, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(x).mean(dim=1))
+
+
+def transformer() -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    return Encoder(), torch.randn(16, 128, 256), torch.randint(0, 10, (16,))
+
+
+MODELS = {"mlp": mlp, "cnn": cnn, "transformer": transformer, "tiny": tiny}
+
+
+def make_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> Step:
+    loss_fn = nn.CrossEntropyLoss()
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+
+    return step
+
+
+# ---- configurations: each a context manager factory (model, optimizer) -> context ---------------------------
+
+
+def bare(model: nn.Module, optimizer: torch.optim.Optimizer) -> contextlib.AbstractContextManager[Any]:
+    return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def noop_hooks(model: nn.Module, optimizer: torch.optim.Optimizer) -> Iterator[None]:
+    with scope():
+        for _, module in select_modules(model):
+            register_module_hook(module, "forward", _noop)
+        yield
+
+
+def _noop(module: nn.Module, args: Any, output: Any) -> None:
+    return None
+
+
+@contextlib.contextmanager
+def naive_item(model: nn.Module, optimizer: torch.optim.Optimizer) -> Iterator[None]:
+    """The common pattern: per-layer mean, std, near-zero with `.item()` and a 40-bin histc, every step."""
+    records: list[tuple[float, float, float, torch.Tensor]] = []
+
+    def hook(module: nn.Module, args: Any, output: torch.Tensor) -> None:
+        out = output.detach().float()
+        records.append((out.mean().item(), out.std().item(), (out <= 0.05).float().mean().item(), out.histc(40, -7, 7)))
+
+    with scope():
+        for _, module in select_modules(model):
+            register_module_hook(module, "forward", hook)
+        yield
+
+
+def activation_stats(every: int | None) -> Config:
+    @contextlib.contextmanager
+    def config(model: nn.Module, optimizer: torch.optim.Optimizer) -> Iterator[None]:
+        from hookscope.callbacks import ActivationStats
+
+        with ActivationStats(with_hist=True, every=every).attach(model):
+            yield
+
+    return config
+
+
+@contextlib.contextmanager
+def watch_everything(model: nn.Module, optimizer: torch.optim.Optimizer) -> Iterator[None]:
+    from hookscope.watch import watch
+
+    with watch(model, optimizer):
+        yield
+
+
+@contextlib.contextmanager
+def attached_then_detached(model: nn.Module, optimizer: torch.optim.Optimizer) -> Iterator[None]:
+    from hookscope.watch import watch
+
+    watcher = watch(model, optimizer)
+    watcher.attach()
+    watcher.detach()
+    yield
+
+
+CONFIGS: dict[str, Config] = {
+    "bare": bare,
+    "hooks doing nothing": noop_hooks,
+    "ActivationStats, every step": activation_stats(None),
+    "ActivationStats, every=10": activation_stats(10),
+    "watch(), everything, every step": watch_everything,
+    "attached then detached": attached_then_detached,
+    "naive per-layer .item() (reference)": naive_item,
+}
+
+
+def available(name: str) -> bool:
+    """Whether the configuration's library part exists in this checkout (it is skipped, and said so, if not)."""
+    needs = {"ActivationStats": "hookscope.callbacks", "watch": "hookscope.watch", "attached": "hookscope.watch"}
+    for word, module in needs.items():
+        if word in name:
+            try:
+                imported = __import__(module, fromlist=["*"])
+            except ImportError:
+                return False
+            if word in ("watch", "attached") and not hasattr(imported, "watch"):
+                return False
+            if word == "ActivationStats" and not hasattr(imported, "ActivationStats"):
+                return False
+    return True
+
+
+def time_round(step: Step, steps: int) -> float:
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return (time.perf_counter() - start) / steps
+
+
+def bench_model(name: str, configs: dict[str, Config], rounds: int, steps: int, warmup: int) -> dict[str, Any]:
+    torch.manual_seed(0)
+    model, x, y = MODELS[name]()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    step = make_step(model, optimizer, x, y)
+    for _ in range(warmup):
+        step()
+    times: dict[str, list[float]] = {config: [] for config in configs}
+    for _ in range(rounds):
+        for config, factory in configs.items():
+            with factory(model, optimizer):
+                step()  # first step inside the context is not timed (buffers are allocated here)
+                times[config].append(time_round(step, steps))
+    return summarize(times)
+
+
+def summarize(times: dict[str, list[float]]) -> dict[str, Any]:
+    bare_times = times["bare"]
+    out: dict[str, Any] = {}
+    for config, values in times.items():
+        ratios = sorted(v / b for v, b in zip(values, bare_times, strict=True))
+        quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+        out[config] = {
+            "median_ratio": statistics.median(ratios),
+            "q1": quartiles[0],
+            "q3": quartiles[2],
+            "median_step_ms": 1000 * statistics.median(values),
+        }
+    return out
+
+
+def bench_compiled(rounds: int, steps: int) -> dict[str, Any]:
+    """Compiled bare vs compiled watched MLP (watch attached before compiling)."""
+    from hookscope.watch import watch
+
+    torch.manual_seed(0)
+    results: dict[str, list[float]] = {"bare": [], "watched": []}
+    runners = {}
+    for config in results:
+        model, x, y = tiny()
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+        watcher = watch(model, optimizer) if config == "watched" else None
+        if watcher is not None:
+            watcher.attach()
+        compiled = torch.compile(model, backend="aot_eager")
+        runners[config] = make_step(compiled, optimizer, x, y)
+        for _ in range(3):
+            runners[config]()
+    for _ in range(rounds):
+        for config, step in runners.items():
+            results[config].append(time_round(step, steps))
+    return summarize(results)
+
+
+def peak_rss_growth(steps: int) -> dict[str, float]:
+    """Peak RSS (MiB) after 10% and after 100% of `steps` watched tiny-MLP steps: growth means a leak."""
+    from hookscope.watch import watch
+
+    model, x, y = tiny()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    step = make_step(model, optimizer, x, y)
+    marks = {}
+    with watch(model, optimizer):
+        for index in range(steps):
+            step()
+            if index + 1 in (steps // 10, steps):
+                marks[f"after_{index + 1}"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return marks
+
+
+def markdown(results: dict[str, dict[str, Any]]) -> str:
+    models = list(results)
+    configs = list(next(iter(results.values())))
+    lines = ["| configuration | " + " | ".join(models) + " |", "|---|" + "---|" * len(models)]
+    for config in configs:
+        cells = []
+        for model in models:
+            row = results[model].get(config)
+            cells.append("n/a" if row is None else f"{row['median_ratio']:.3f} ({row['q1']:.3f}-{row['q3']:.3f})")
+        lines.append(f"| {config} | " + " | ".join(cells) + " |")
+    bare_ms = [f"{results[m]['bare']['median_step_ms']:.2f} ms" for m in models]
+    lines.append("| bare step (median) | " + " | ".join(bare_ms) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a short run (few rounds and steps)")
+    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--steps", type=int, default=None)
+    parser.add_argument("--memory-steps", type=int, default=None, help="watched tiny-MLP steps for the RSS check")
+    parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile pair")
+    parser.add_argument("--out", default=str(HERE / "results" / "overhead.json"))
+    args = parser.parse_args(argv)
+    rounds = args.rounds or (3 if args.quick else 15)
+    steps = args.steps or (3 if args.quick else 10)
+    memory_steps = args.memory_steps if args.memory_steps is not None else (200 if args.quick else 10_000)
+    models = [m for m in args.models.split(",") if m]
+    unknown = [m for m in models if m not in MODELS]
+    if unknown:
+        parser.error(f"--models must be among {', '.join(MODELS)}, got {', '.join(unknown)}")
+    configs = {name: factory for name, factory in CONFIGS.items() if available(name)}
+    skipped = [name for name in CONFIGS if name not in configs]
+    results = {}
+    for model in models:
+        print(
+            f"benchmarking {model} ({rounds} rounds x {steps} steps x {len(configs)} configurations) ...",
+            file=sys.stderr,
+        )
+        results[model] = bench_model(model, configs, rounds, steps, warmup=2 if args.quick else 5)
+    report: dict[str, Any] = {
+        "machine": f"{platform.machine()}, {torch.get_num_threads()} torch threads, {platform.processor() or 'cpu'}",
+        "torch": torch.__version__,
+        "hookscope": hookscope.__version__,
+        "rounds": rounds,
+        "steps_per_round": steps,
+        "results": results,
+        "skipped": skipped,
+    }
+    table = markdown(results)
+    print(table)
+    if skipped:
+        print(f"\nskipped (not in this checkout): {', '.join(skipped)}")
+    if available("watch") and not args.no_compile:
+        report["compiled_tiny"] = bench_compiled(rounds, steps)
+        ratio = report["compiled_tiny"]["watched"]["median_ratio"]
+        print(f"\ntorch.compile (aot_eager), tiny MLP: watched/bare = {ratio:.3f}")
+    if available("watch") and memory_steps:
+        report["peak_rss_mib"] = peak_rss_growth(memory_steps)
+        print(f"\npeak RSS of a {memory_steps}-step watched tiny run (MiB): {report['peak_rss_mib']}")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    print(f"\nwrote {out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
