@@ -159,7 +159,10 @@ class Hooks:
 
 
 def _hook_inner(module: nn.Module, input: Any, output: Any) -> Any:
-    return output if isinstance(output, (torch.Tensor, list, tuple)) else list(output)
+    # fastai turns other iterables (generators) into lists; None, dicts, strings and objects are kept as they are.
+    if isinstance(output, (torch.Tensor, list, tuple, dict, str)) or not isinstance(output, Iterable):
+        return output
+    return list(output)
 
 
 def hook_output(module: nn.Module, detach: bool = True, cpu: bool = False, grad: bool = False) -> Hook:

@@ -8,6 +8,7 @@ in one forward gets k call indices (0 .. k-1), and each call is paired with its 
 
 from __future__ import annotations
 
+import warnings
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -15,13 +16,18 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .._errors import HookscopeWarning
 from ._module import register_module_hook
 from ._registry import HookHandle
 from ._tree import tensor_leaves
 
-__all__ = ["OutputGradHook", "register_output_grad_hook"]
+__all__ = ["OutputGradHook", "UnsupportedOutputWarning", "register_output_grad_hook"]
 
 OutputGradHook = Callable[[nn.Module, tuple[torch.Tensor | None, ...], int], None]
+
+
+class UnsupportedOutputWarning(HookscopeWarning):
+    """A module's output holds no tensor that hookscope can reach, so its gradient cannot be observed."""
 
 
 class _CallToken:
@@ -35,6 +41,7 @@ class _PendingCalls:
 
     def __init__(self) -> None:
         self.active = True
+        self.warn = True
         self._pending: list[weakref.ref[_CallToken]] = []
 
     def start(self) -> tuple[_CallToken, int]:
@@ -65,8 +72,18 @@ def register_output_grad_hook(
     pending = _PendingCalls()
 
     def forward_hook(mod: nn.Module, args: Any, output: Any) -> None:
-        leaves = [t for _, t in tensor_leaves(output) if t.requires_grad]
+        tensors = [t for _, t in tensor_leaves(output)]
+        leaves = [t for t in tensors if t.requires_grad]
         if not leaves or not pending.active:
+            if not tensors and not isinstance(output, (type(None), str, int, float, bool)) and pending.warn:
+                pending.warn = False
+                warnings.warn(
+                    f"the output of {type(mod).__name__} is a {type(output).__name__}, which holds no tensor in a "
+                    "tuple, list or dict: its gradient is unsupported and will not be observed; observe the module "
+                    "that produces its tensors instead",
+                    UnsupportedOutputWarning,
+                    stacklevel=2,
+                )
             return
         token, index = pending.start()
 
