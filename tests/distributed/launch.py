@@ -6,8 +6,8 @@ import datetime
 import os
 import tempfile
 import traceback
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
