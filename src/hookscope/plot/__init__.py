@@ -1,0 +1,40 @@
+"""Plots: matplotlib figures drawn from results (never from live monitors), matplotlib imported lazily.
+
+`_images.py` holds the two plots `ActivationStats` draws (`color_dim`, `layer_stats`); `_watch.py` draws
+`WatchResults`: activations per layer over steps, gradient flow, update-to-weight ratios against the 1e-3
+guide line, loss, output histograms, unit activity and one layer at a glance (`plot_layer`); `_weights.py` draws
+weight distributions. Every function returns a `matplotlib.figure.Figure` created without pyplot (Agg canvas,
+no global figure registry, nothing to close), so it works headless and in notebooks alike; `report` embeds them.
+matplotlib is needed only when a function is called (`pip install matplotlib`).
+"""
+
+from ._images import color_dim, layer_stats
+from ._watch import (
+    UPDATE_RATIO_GUIDE,
+    params_of,
+    plot_activations,
+    plot_gradient_flow,
+    plot_histogram,
+    plot_layer,
+    plot_loss,
+    plot_unit_activity,
+    plot_update_ratios,
+)
+from ._weights import plot_weight_histograms, plot_weights, weight_histograms
+
+__all__ = [
+    "UPDATE_RATIO_GUIDE",
+    "color_dim",
+    "layer_stats",
+    "params_of",
+    "plot_activations",
+    "plot_gradient_flow",
+    "plot_histogram",
+    "plot_layer",
+    "plot_loss",
+    "plot_unit_activity",
+    "plot_update_ratios",
+    "plot_weight_histograms",
+    "plot_weights",
+    "weight_histograms",
+]

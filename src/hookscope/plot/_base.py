@@ -1,0 +1,108 @@
+"""Shared plotting plumbing: figures without pyplot, arrays ready to draw, line panels."""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+__all__ = ["MAX_LEGEND", "as_array", "axes_or_new", "draw_lines", "label", "neutralize", "new_figure", "steps_of"]
+
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+MAX_LEGEND = 12
+"""Above this many lines a panel colours lines by depth and leaves the legend out."""
+
+
+def neutralize(value: object) -> str:
+    """Return `str(value)` with bidi controls and other control/format characters shown as `<U+XXXX>`."""
+    out = []
+    for char in str(value):
+        visible = char in "\t\n" or (char not in _BIDI and unicodedata.category(char) not in ("Cc", "Cf", "Cs"))
+        out.append(char if visible else f"<U+{ord(char):04X}>")
+    return "".join(out)
+
+
+def label(name: object) -> str:
+    """Return a name as matplotlib text that shows it literally (neutralized, `$` not read as mathtext)."""
+    return neutralize(name).replace("$", r"\$") or "(root)"
+
+
+def new_figure(nrows: int = 1, ncols: int = 1, figsize: tuple[float, float] = (8.0, 4.0)) -> tuple[Figure, Any]:
+    """Return a Figure that pyplot does not track (no global state, freed with its last reference) and its axes.
+
+    The figure renders with the Agg canvas, so nothing here needs a display.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=figsize)
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(nrows, ncols, squeeze=False)
+    # Fixed margins: constrained/tight layout cost more than the drawing itself.
+    top = 1.0 - 0.75 / figsize[1]
+    figure.subplots_adjust(left=0.08, right=0.98, bottom=0.55 / figsize[1], top=top, wspace=0.3, hspace=0.45)
+    return figure, axes
+
+
+def axes_or_new(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axes]:
+    """Return `(figure, ax)`: the given axes and the figure they belong to, or a new figure with one axes."""
+    if ax is None:
+        figure, axes = new_figure(1, 1, figsize)
+        return figure, axes[0][0]
+    root = ax.get_figure(root=True)
+    if root is None:
+        raise ValueError("ax must belong to a figure, got axes without one")
+    return root, ax
+
+
+def as_array(values: torch.Tensor | Sequence[float] | np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Return `values` as a float64 array with every non-finite value set to NaN (drawn as a gap)."""
+    if isinstance(values, torch.Tensor):
+        array = values.detach().to("cpu", torch.float64).numpy()
+    else:
+        array = np.asarray(values, dtype=np.float64)
+    finite: np.ndarray[Any, Any] = np.where(np.isfinite(array), array, np.nan)
+    return finite
+
+
+def steps_of(results: Any) -> np.ndarray[Any, Any]:
+    """Return the recorded step numbers of `results` (a `WatchResults`)."""
+    steps: np.ndarray[Any, Any] = results.steps.detach().to("cpu").numpy()
+    return steps
+
+
+def draw_lines(
+    ax: Axes,
+    x: np.ndarray[Any, Any],
+    series: dict[str, np.ndarray[Any, Any]],
+    *,
+    title: str,
+    ylabel: str,
+    log: bool = False,
+) -> None:
+    """Draw one line per named series on `ax`; a legend when there are few, colour by order when many."""
+    from matplotlib import colormaps
+
+    colours = colormaps["viridis"](np.linspace(0.0, 0.9, max(len(series), 1)))
+    for (name, values), colour in zip(series.items(), colours, strict=False):
+        shown = np.where(values > 0, values, np.nan) if log else values
+        ax.plot(x[: len(shown)], shown, label=label(name), color=colour, linewidth=1.2)
+    if log and any(np.nanmax(v, initial=0.0) > 0 for v in series.values() if v.size):
+        ax.set_yscale("log")
+    ax.set_title(title)
+    ax.set_xlabel("step")
+    ax.set_ylabel(ylabel)
+    if not series:
+        ax.text(0.5, 0.5, "nothing recorded", ha="center", va="center", transform=ax.transAxes)
+    elif len(series) <= MAX_LEGEND:
+        ax.legend(fontsize="small", loc="best")
+    else:
+        ax.text(0.01, 0.99, f"{len(series)} series, dark = first", va="top", fontsize="small", transform=ax.transAxes)

@@ -1,0 +1,75 @@
+"""Weight distributions: histograms of each parameter (computed once, small enough to save) and their plot."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn as nn
+
+from ._base import as_array, label, new_figure
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["MAX_WEIGHT_PANELS", "plot_weight_histograms", "plot_weights", "weight_histograms"]
+
+MAX_WEIGHT_PANELS = 24
+"""The most parameters one weights figure draws; the rest are counted in its title."""
+
+Histograms = Mapping[str, tuple[torch.Tensor, torch.Tensor]]
+
+
+def weight_histograms(
+    weights: nn.Module | Mapping[str, torch.Tensor], bins: int = 40
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Return `{name: (counts (bins,), edges (bins + 1,))}` of each floating-point parameter's finite values.
+
+    Args:
+        weights: A model (its `named_parameters()`) or a mapping name -> tensor (e.g. a state dict).
+        bins: Number of equal-width bins between each tensor's finite min and max.
+
+    Raises:
+        ValueError: `bins` is not a positive int.
+    """
+    if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
+        raise ValueError(f"bins must be a positive int, got {bins!r}")
+    named = dict(weights.named_parameters()) if isinstance(weights, nn.Module) else dict(weights)
+    out = {}
+    for name, tensor in named.items():
+        if not tensor.is_floating_point() or tensor.numel() == 0:
+            continue
+        values = tensor.detach().flatten().to(torch.float32)
+        values = values[torch.isfinite(values)]
+        low, high = (values.min(), values.max()) if values.numel() else (torch.tensor(0.0), torch.tensor(0.0))
+        low_f, high_f = float(low), float(high)  # one sync per parameter, at report time only
+        if high_f <= low_f:
+            low_f, high_f = low_f - 0.5, high_f + 0.5
+        counts = torch.histc(values, bins=bins, min=low_f, max=high_f).cpu()
+        out[name] = (counts, torch.linspace(low_f, high_f, bins + 1))
+    return out
+
+
+def plot_weights(weights: nn.Module | Mapping[str, torch.Tensor], bins: int = 40) -> Figure:
+    """Draw the distribution of each parameter of a model (or of a name -> tensor mapping), one panel each."""
+    return plot_weight_histograms(weight_histograms(weights, bins))
+
+
+def plot_weight_histograms(histograms: Histograms) -> Figure:
+    """Draw histograms from `weight_histograms` (or loaded from a report), one panel per parameter."""
+    names = list(histograms)[:MAX_WEIGHT_PANELS]
+    columns = min(4, max(len(names), 1))
+    rows = max(math.ceil(len(names) / columns), 1)
+    figure, axes = new_figure(rows, columns, (3.6 * columns, 2.6 * rows))
+    flat = [ax for row in axes for ax in row]
+    for ax, name in zip(flat, names, strict=False):
+        counts, edges = (as_array(t) for t in histograms[name])
+        ax.stairs(counts, edges, fill=True, color="steelblue")
+        ax.set_title(label(name), fontsize="small")
+    for ax in flat[len(names) :]:
+        ax.set_axis_off()
+    hidden = len(histograms) - len(names)
+    figure.suptitle("weight distributions" + (f" ({hidden} more parameters not drawn)" if hidden else ""))
+    return figure

@@ -1,0 +1,134 @@
+"""Each plot of WatchResults draws exactly the recorded series, in model order, with hostile names inert."""
+
+from __future__ import annotations
+
+import io
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from hookscope.plot import (
+    UPDATE_RATIO_GUIDE,
+    plot_activations,
+    plot_gradient_flow,
+    plot_histogram,
+    plot_layer,
+    plot_loss,
+    plot_unit_activity,
+    plot_update_ratios,
+    plot_weights,
+    weight_histograms,
+)
+from hookscope.watch import WatchResults
+
+
+def lines_by_label(ax) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
+    return {line.get_label(): np.asarray(line.get_ydata(), dtype=float) for line in ax.get_lines()}
+
+
+def test_activations_panels_hold_each_layers_series(results: WatchResults) -> None:
+    figure = plot_activations(results)
+    mean_ax, std_ax, near_ax = figure.axes
+    for path in ("0", "2"):
+        np.testing.assert_allclose(lines_by_label(mean_ax)[path], results.activations[path]["mean"].numpy())
+        np.testing.assert_allclose(lines_by_label(std_ax)[path], results.activations[path]["std"].numpy())
+        np.testing.assert_allclose(
+            lines_by_label(near_ax)[path], results.activations[path]["near_zero"].numpy() * 100, rtol=1e-6
+        )
+
+
+def test_gradient_flow_is_log_scaled_per_layer_and_per_parameter(results: WatchResults) -> None:
+    ax = plot_gradient_flow(results).axes[0]
+    assert ax.get_yscale() == "log"
+    np.testing.assert_allclose(lines_by_label(ax)["2"], results.output_grads["2"]["norm"].numpy(), rtol=1e-6)
+    by_param = lines_by_label(plot_gradient_flow(results, source="param").axes[0])
+    np.testing.assert_allclose(by_param["0.weight"], results.param_grads["0.weight"]["norm"].numpy(), rtol=1e-6)
+
+
+def test_gradient_flow_rejects_unknown_source_and_layer(results: WatchResults) -> None:
+    with pytest.raises(ValueError, match=r"source must be 'output' or 'param', got 'input'"):
+        plot_gradient_flow(results, source="input")
+    with pytest.raises(ValueError, match=r"layers must name recorded series, got 'nope'"):
+        plot_gradient_flow(results, ["nope"])
+
+
+def test_update_ratios_draw_the_guide_line(results: WatchResults) -> None:
+    ax = plot_update_ratios(results).axes[0]
+    lines = lines_by_label(ax)
+    np.testing.assert_allclose(lines["2.weight"], results.update_ratios["2.weight"].numpy(), rtol=1e-6)
+    guides = [line for line in ax.get_lines() if line.get_linestyle() == "--"]
+    assert len(guides) == 1 and list(guides[0].get_ydata()) == [UPDATE_RATIO_GUIDE, UPDATE_RATIO_GUIDE]
+    with pytest.raises(ValueError, match=r"params must name recorded series, got 'x.bias'"):
+        plot_update_ratios(results, ["x.bias"])
+
+
+def test_loss_is_drawn_or_asked_for(results: WatchResults) -> None:
+    np.testing.assert_allclose(lines_by_label(plot_loss(results).axes[0])["loss"], results.losses.numpy(), rtol=1e-6)
+    with pytest.raises(ValueError, match=r"results.losses must be logged to plot it, got None"):
+        plot_loss(WatchResults())
+
+
+def test_non_finite_values_are_gaps(make_results: Callable[..., WatchResults]) -> None:
+    results = make_results()
+    results.activations["0"]["mean"][2] = float("inf")
+    drawn = lines_by_label(plot_activations(results).axes[0])["0"]
+    assert np.isnan(drawn[2]) and np.isfinite(np.delete(drawn, 2)).all()
+
+
+def test_histogram_image_is_log1p_counts_with_value_on_y(results: WatchResults) -> None:
+    (image,) = plot_histogram(results, "0").axes[0].get_images()
+    np.testing.assert_allclose(image.get_array(), np.log1p(results.histograms["0"].numpy().T), rtol=1e-6)
+    assert image.get_extent()[2:] == [-1.0, 1.0]
+    with pytest.raises(ValueError, match=r"layer must have a recorded histogram, got 'nope'"):
+        plot_histogram(results, "nope")
+
+
+def test_unit_activity_counts_dead_units(results: WatchResults) -> None:
+    ax = plot_unit_activity(results, "0").axes[0]
+    assert [bar.get_height() for bar in ax.patches] == [0.0, 0.25, 0.5, 1.0]
+    assert ax.get_title() == "unit activity (sorted): 1 of 4 never active"
+    with pytest.raises(ValueError, match=r"layer must have recorded unit activity, got 'nope'"):
+        plot_unit_activity(results, "nope")
+
+
+def test_layer_figure_has_six_panels_and_says_what_is_missing(results: WatchResults) -> None:
+    del results.histograms["2"]
+    figure = plot_layer(results, "2")
+    assert len(figure.axes) == 6
+    assert any(t.get_text() == "no histogram recorded" for ax in figure.axes for t in ax.texts)
+    np.testing.assert_allclose(lines_by_label(figure.axes[2])["output grad"], results.output_grads["2"]["norm"].numpy())
+    with pytest.raises(ValueError, match=r"path must name a watched layer, got 'nope'"):
+        plot_layer(results, "nope")
+
+
+def test_weight_histograms_match_numpy() -> None:
+    values = torch.randn(1000)
+    counts, edges = weight_histograms({"w": values}, bins=10)["w"]
+    expected, expected_edges = np.histogram(values.numpy(), bins=10, range=(values.min().item(), values.max().item()))
+    np.testing.assert_allclose(edges.numpy(), expected_edges, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(counts.numpy(), expected)
+    model = torch.nn.Linear(3, 2)
+    assert list(weight_histograms(model)) == ["weight", "bias"]
+    assert len(plot_weights(model).axes[0].patches) == 1
+    with pytest.raises(ValueError, match=r"bins must be a positive int, got 0"):
+        weight_histograms(model, bins=0)
+
+
+def test_hostile_names_render_literally_without_warnings(
+    tmp_path: Path, make_results: Callable[..., WatchResults]
+) -> None:
+    names = ("<img src=x onerror=alert(1)>", "price$in$dollars", "a\u202eb", "")
+    results = make_results(layers=names)
+    path = results.save(tmp_path / "r.safetensors")
+    loaded = WatchResults.load(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        figure = plot_activations(loaded)
+        figure.savefig(io.BytesIO(), format="png", dpi=30)
+        plot_layer(loaded, "a\u202eb").savefig(io.BytesIO(), format="png", dpi=30)
+    labels = [text.get_text() for text in figure.axes[0].get_legend().get_texts()]
+    assert labels == ["<img src=x onerror=alert(1)>", r"price\$in\$dollars", "a<U+202E>b", "(root)"]
