@@ -76,18 +76,18 @@ def named_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
     """Every module of `model` once, with its normalized dotted path, in registration order (root first)."""
     found: list[tuple[str, nn.Module]] = []
     seen: set[int] = set()
-
-    def walk(prefix: str, module: nn.Module) -> None:
+    stack: list[tuple[str, nn.Module]] = [("", model)]
+    # An explicit stack, not a recursive closure: a closure that calls itself is a reference cycle that would
+    # keep `found`, and so the model, alive until the garbage collector runs (never, under gc.disable()).
+    while stack:
+        prefix, module = stack.pop()
         module = unwrap(module)
         if id(module) in seen:
-            return
+            continue
         seen.add(id(module))
         found.append((prefix, module))
-        for name, child in module._modules.items():
-            if child is not None:
-                walk(f"{prefix}.{name}" if prefix else name, child)
-
-    walk("", model)
+        children = [(f"{prefix}.{name}" if prefix else name, c) for name, c in module._modules.items() if c is not None]
+        stack.extend(reversed(children))
     return found
 
 
