@@ -1,0 +1,265 @@
+"""How far weights moved from a snapshot or from another model, and their distribution after each forward."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from .._errors import unknown_name
+from ..hooks import Selector, named_modules, register_module_hook
+from ._layers import effective_weight, has_weight, weight_layers
+from ._rows import LazyMapping, RowLog
+
+__all__ = [
+    "CHANGE_METRICS",
+    "STAT_NAMES",
+    "add_weight_change_monitor_hook",
+    "add_weight_distribution_monitor",
+    "compute_weight_changes",
+    "weight_distance",
+    "weight_statistics",
+]
+
+CHANGE_METRICS = ("norm", "relative", "max", "mean", "cosine")
+STAT_NAMES = ("mean", "std", "min", "max", "norm", "abs_mean", "zero_fraction")
+ZERO_TOLERANCE = 1e-8
+_TAGS = ("hookscope.weights",)
+
+
+def add_weight_change_monitor_hook(model: nn.Module, layer_names: Selector = None) -> dict[str, Any]:
+    """Snapshot the chosen layers' weights now, as the reference that `compute_weight_changes` measures from.
+
+    No hook is needed to measure a change from a snapshot, so `"handles"` is empty; it is there so that every
+    `add_*` function returns the same keys. The snapshots are detached copies on the weights' devices.
+
+    Args:
+        model: The model.
+        layer_names: A hookscope selector (dotted path, glob, list of them, ...); `None` picks every module that
+            has a weight of its own.
+
+    Returns:
+        A dict with `"initial_weights"` (path -> tensor), `"layer_names"` (list of paths), `"handles"` (list),
+        `"remove"` (frees the snapshots) and `"reset"` (takes a new snapshot of the same layers now).
+
+    Raises:
+        ValueError: a name matches no module (the message lists the closest paths).
+
+    Example:
+        >>> import torch.nn as nn
+        >>> model = nn.Sequential(nn.Linear(2, 2))
+        >>> data = add_weight_change_monitor_hook(model)
+        >>> compute_weight_changes(model, data)
+        {'0': 0.0}
+    """
+    layers = weight_layers(model, layer_names)
+    data: dict[str, Any] = {"layer_names": [path for path, _ in layers], "handles": []}
+
+    def reset() -> None:
+        data["initial_weights"] = {path: effective_weight(m).detach().clone() for path, m in layers}
+
+    def remove() -> None:
+        data["initial_weights"] = None
+
+    reset()
+    data["remove"] = remove
+    data["reset"] = reset
+    return data
+
+
+def compute_weight_changes(model: nn.Module, hook_data: Mapping[str, Any], metric: str = "norm") -> dict[str, float]:
+    """Return, per layer, the change of its weight W since the snapshot W0 in `hook_data`.
+
+    Metrics: `"norm"` ||W - W0||_F; `"relative"` ||W - W0|| / ||W0|| (0.0 when both are 0, `inf` when only W0
+    is); `"max"` max |W - W0|; `"mean"` mean |W - W0|; `"cosine"` 1 - cos(W, W0) flattened (0.0 when both are
+    zero, 1.0 when one is). Computed in float64; one host sync for all layers.
+
+    Raises:
+        ValueError: `metric` is unknown, or a snapshotted layer is missing from `model` or changed shape.
+        RuntimeError: the snapshots were freed with `hook_data["remove"]()`.
+    """
+    _check_metric(metric)
+    initial = hook_data.get("initial_weights")
+    if initial is None:
+        raise RuntimeError(
+            "hook_data has no snapshot: its remove() was called; take a new one with add_weight_change_monitor_hook"
+        )
+    modules = dict(named_modules(model))
+    changes = []
+    for path in hook_data["layer_names"]:
+        if path not in modules or not has_weight(modules[path]):
+            raise ValueError(unknown_name("hook_data['layer_names']", path, modules, what="layer path"))
+        changes.append(weight_change(effective_weight(modules[path]), initial[path], metric, path))
+    return _to_floats(list(hook_data["layer_names"]), changes)
+
+
+def weight_distance(
+    model: nn.Module, reference: nn.Module, metric: str = "norm", layer_names: Selector = None
+) -> dict[str, float]:
+    """Return, per layer with a weight, the distance from `reference`'s weight to `model`'s.
+
+    The metrics are those of `compute_weight_changes`, with `reference` in the role of the snapshot W0 (so
+    `"relative"` is relative to `reference`). Layers are matched by normalized path (DDP/compile wrappers
+    ignored).
+
+    Raises:
+        ValueError: `metric` is unknown, a chosen layer is missing from `reference`, or shapes differ.
+    """
+    _check_metric(metric)
+    others = dict(named_modules(reference))
+    paths, changes = [], []
+    for path, module in weight_layers(model, layer_names):
+        other = others.get(path)
+        if other is None or not has_weight(other):
+            raise ValueError(unknown_name("reference", path, others, what="layer path"))
+        paths.append(path)
+        changes.append(weight_change(effective_weight(module), effective_weight(other), metric, path))
+    return _to_floats(paths, changes)
+
+
+def weight_change(weight: torch.Tensor, reference: torch.Tensor, metric: str, path: str = "") -> torch.Tensor:
+    """The change from `reference` to `weight` under `metric`, as a float64 0-d tensor on `weight`'s device."""
+    if weight.shape != reference.shape:
+        raise ValueError(
+            f"layer {path!r} must keep its weight shape {tuple(reference.shape)} to be compared, got "
+            f"{tuple(weight.shape)}"
+        )
+    w = weight.detach().double().flatten()
+    w0 = reference.detach().to(w.device, torch.float64).flatten()
+    diff = w - w0
+    if metric in ("max", "mean"):
+        if diff.numel() == 0:
+            return torch.zeros((), dtype=torch.float64, device=w.device)
+        return diff.abs().amax() if metric == "max" else diff.abs().mean()
+    if metric == "cosine":
+        return _cosine_distance(w, w0)
+    norm: torch.Tensor = torch.linalg.vector_norm(diff)
+    if metric == "norm":
+        return norm
+    base = torch.linalg.vector_norm(w0)
+    zero = torch.zeros_like(norm)
+    return torch.where(base > 0, norm / base, torch.where(norm > 0, zero + math.inf, zero))
+
+
+def _cosine_distance(w: torch.Tensor, w0: torch.Tensor) -> torch.Tensor:
+    norm, base = torch.linalg.vector_norm(w), torch.linalg.vector_norm(w0)
+    both = (norm > 0) & (base > 0)
+    cosine = ((w * w0).sum() / torch.where(both, norm * base, torch.ones_like(norm))).clamp(-1.0, 1.0)
+    one_zero = torch.ones_like(norm).where((norm > 0) | (base > 0), torch.zeros_like(norm))
+    return torch.where(both, 1.0 - cosine, one_zero)
+
+
+def _check_metric(metric: str) -> None:
+    if metric not in CHANGE_METRICS:
+        raise ValueError(f"metric must be one of {', '.join(map(repr, CHANGE_METRICS))}, got {metric!r}")
+
+
+def _to_floats(paths: list[str], values: list[torch.Tensor]) -> dict[str, float]:
+    if not values:
+        return {}
+    host = torch.stack([v.to(values[0].device) for v in values]).tolist()  # one sync for every layer
+    return dict(zip(paths, host, strict=True))
+
+
+def weight_statistics(weight: torch.Tensor) -> torch.Tensor:
+    """The statistics of `STAT_NAMES`, in that order, as a float64 tensor on `weight`'s device (no host sync).
+
+    `std` is the unbiased (Bessel-corrected, `torch.std`) estimate, 0.0 for a one-element weight;
+    `zero_fraction` is the fraction of entries with |w| < 1e-8. Low-precision weights are read in float32.
+
+    Shape:
+        any non-empty weight -> `(7,)`.
+    """
+    w = weight.detach().flatten()
+    w = w.double() if w.dtype == torch.float64 else w.float()
+    magnitude = w.abs()
+    std = w.std() if w.numel() > 1 else torch.zeros((), dtype=w.dtype, device=w.device)
+    values = [w.mean(), std, w.amin(), w.amax(), torch.linalg.vector_norm(w), magnitude.mean()]
+    values.append((magnitude < ZERO_TOLERANCE).to(w.dtype).mean())
+    return torch.stack(values).double()
+
+
+def add_weight_distribution_monitor(
+    model: nn.Module,
+    layer_types: type[nn.Module] | tuple[type[nn.Module], ...] = (nn.Linear, nn.Conv2d),
+    *,
+    max_history: int = 1000,
+) -> dict[str, Any]:
+    """Record the statistics of each chosen layer's weight after every forward of that layer.
+
+    A forward hook on every module of `layer_types` that has a weight computes `weight_statistics` on the
+    device (no host sync in the hook); the values become floats only when `"stats"` or `"history"` is read.
+    `std` is the unbiased estimate. Empty weights are skipped.
+
+    Args:
+        model: The model.
+        layer_types: A module type or a tuple of them.
+        max_history: How many records to keep per layer; older ones are dropped and counted.
+
+    Returns:
+        A dict with `"stats"` (path -> the latest statistics as floats), `"history"` (path -> list of such
+        dicts, oldest first, at most `max_history`), `"dropped"` (path -> records dropped), `"layer_names"`,
+        `"handles"` and `"remove"`.
+
+    Raises:
+        TypeError: `layer_types` is not a module type or a tuple of them.
+        ValueError: `max_history` is not a positive int, or no module of `layer_types` has a weight.
+    """
+    types = _check_types(layer_types)
+    if isinstance(max_history, bool) or not isinstance(max_history, int) or max_history < 1:
+        raise ValueError(f"max_history must be a positive int, got {max_history!r}")
+    layers = [(p, m) for p, m in named_modules(model) if isinstance(m, types) and has_weight(m)]
+    if not layers:
+        found = sorted({type(m).__name__ for _, m in named_modules(model) if has_weight(m)})
+        raise ValueError(
+            f"layer_types must match at least one module with a weight, got {layer_types!r}; the model's "
+            f"weighted module types are {found}"
+        )
+    logs = {path: RowLog(len(STAT_NAMES), max_history, dtype=torch.float64) for path, _ in layers}
+    handles = [
+        register_module_hook(
+            m, "forward", _record_statistics(logs[p]), owner="weights.distribution", path=p, tags=_TAGS
+        )
+        for p, m in layers
+        if effective_weight(m).numel() > 0
+    ]
+
+    def remove() -> None:
+        for handle in handles:
+            handle.remove()
+
+    return {
+        "stats": LazyMapping(lambda: [p for p, log in logs.items() if len(log)], lambda p: _latest(logs[p])),
+        "history": LazyMapping(lambda: [p for p, log in logs.items() if len(log)], lambda p: _history(logs[p])),
+        "dropped": LazyMapping(lambda: list(logs), lambda p: logs[p].dropped),
+        "layer_names": [path for path, _ in layers],
+        "handles": handles,
+        "remove": remove,
+    }
+
+
+def _record_statistics(log: RowLog) -> Callable[[nn.Module, Any, Any], None]:
+    def hook(module: nn.Module, args: Any, output: Any) -> None:
+        with torch.no_grad():
+            log.append(weight_statistics(effective_weight(module)))
+
+    return hook
+
+
+def _latest(log: RowLog) -> dict[str, float]:
+    row = log.last()
+    return {} if row is None else dict(zip(STAT_NAMES, row.tolist(), strict=True))
+
+
+def _history(log: RowLog) -> list[dict[str, float]]:
+    return [dict(zip(STAT_NAMES, row, strict=True)) for row in log.rows().tolist()]
+
+
+def _check_types(layer_types: Any) -> tuple[type[nn.Module], ...]:
+    types = (layer_types,) if isinstance(layer_types, type) else layer_types
+    if not isinstance(types, tuple) or not types or not all(isinstance(t, type) for t in types):
+        raise TypeError(f"layer_types must be a module type or a non-empty tuple of them, got {layer_types!r}")
+    return types
