@@ -1,0 +1,243 @@
+"""The reducer contract: push observations, read them back on demand, save and restore the state.
+
+Every reducer keeps its state on the device of the tensors pushed into it and updates it with out-of-place
+tensor operations under `torch.no_grad()`, so `push` never waits on the device and never records autograd
+history. Reading (`peek`, `dump`, `view`, `dropped`) is where a host-device sync may happen.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+import torch
+
+from ._state import load_state, save_state
+
+__all__ = ["Reducer", "accumulate_dtype", "wide_dtype"]
+
+ReducerT = TypeVar("ReducerT", bound="Reducer")
+
+
+def wide_dtype(device: torch.device) -> torch.dtype:
+    """Return the widest float dtype `device` computes in: float64, or float32 on MPS (no float64 there)."""
+    return torch.float32 if device.type == "mps" else torch.float64
+
+
+def accumulate_dtype(dtype: torch.dtype, device: torch.device) -> torch.dtype:
+    """Return the dtype to accumulate values of `dtype` in: float32 for 16/32-bit floats, wide otherwise.
+
+    Raises:
+        TypeError: `dtype` is complex.
+    """
+    if dtype.is_complex:
+        raise TypeError(
+            f"tensors pushed into a reducer must be real, got dtype {dtype}; push x.abs() or torch.view_as_real(x)"
+        )
+    if dtype.is_floating_point and dtype != torch.float64:
+        return torch.float32
+    return wide_dtype(device)
+
+
+class Reducer(ABC):
+    """Bounded state over a stream of observations; pure tensor state, no hooks.
+
+    Contract: `push(*tensors)` adds one observation; `peek()` returns the current reduced value (`None` before
+    the first push); `dump()` everything kept, oldest first, stacked along a new first dimension (`None` when
+    empty); `view(step)` the value as of push number `step` (from 0) where the reducer keeps history;
+    `clear()` forgets everything; `state_dict()` / `load_state_dict()` and `save(path)` / `load(path)` persist
+    it; `pushes` and `dropped` count the observations seen and the ones not kept. Pushes are thread-safe.
+    """
+
+    keeps_history: ClassVar[bool] = False
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pushes = 0
+        self._dropped = 0
+        self._device = torch.device("cpu")
+
+    @property
+    def pushes(self) -> int:
+        """How many observations were pushed since construction or the last `clear()`."""
+        return self._pushes
+
+    @property
+    def dropped(self) -> int:
+        """How many pushed observations are not kept (past capacity, or of a shape the state cannot take)."""
+        return self._dropped
+
+    @property
+    def device(self) -> torch.device:
+        """The device the state lives on (that of the last push, or of `to(device)`)."""
+        return self._device
+
+    def push(self, *tensors: torch.Tensor) -> None:
+        """Add one observation made of `tensors`; never syncs with the device.
+
+        Raises:
+            TypeError: no tensor was given, or something else than a tensor.
+        """
+        _check_tensors(type(self).__name__, tensors)
+        with self._lock, torch.no_grad():
+            device = tensors[0].device
+            if device != self._device:
+                self._move(device)
+                self._device = device
+            self._push(tuple(t.detach() for t in tensors))
+            self._pushes += 1
+
+    def __call__(self, *tensors: torch.Tensor) -> None:
+        """Push `tensors` (as `push`)."""
+        self.push(*tensors)
+
+    @abstractmethod
+    def peek(self) -> Any:
+        """Return the current reduced value, or `None` before the first push."""
+
+    @abstractmethod
+    def dump(self) -> Any:
+        """Return everything kept, oldest first, along a new first dimension; `None` when empty."""
+
+    def view(self, step: int) -> Any:
+        """Return the value as of push number `step`; only reducers that keep history can.
+
+        Raises:
+            TypeError: this reducer keeps no history.
+        """
+        raise TypeError(
+            f"{type(self).__name__} keeps no history, so view(step) cannot look back; use HistoryReducer to keep "
+            "every push, or peek() for the current value"
+        )
+
+    def clear(self) -> None:
+        """Forget every observation and reset the counters."""
+        with self._lock:
+            self._pushes = 0
+            self._dropped = 0
+            self._reset()
+            self._move(self._device)
+
+    def config(self) -> dict[str, Any]:
+        """Return the constructor arguments (JSON-able) that define this reducer."""
+        return {}
+
+    def to(self: ReducerT, device: torch.device | str) -> ReducerT:
+        """Move the state to `device` and return `self`."""
+        target = torch.device(device)
+        with self._lock:
+            self._move(target)
+            self._device = target
+        return self
+
+    def state_dict(self) -> dict[str, Any]:
+        """Return the whole state: type, config, counters and tensors (snapshots: later pushes rebind, never mutate).
+
+        The tensors are the raw accumulators (for instance count, mean and M2 of `StatsReducer`), so that a
+        distributed run can combine them.
+        """
+        with self._lock:
+            return {
+                "type": type(self).__name__,
+                "config": self.config(),
+                "pushes": self._pushes,
+                "dropped": self._dropped,
+                "state": self._state(),
+            }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what `state_dict()` returned, on this reducer's device.
+
+        Raises:
+            ValueError: `state` comes from another reducer type or configuration.
+        """
+        found = (state.get("type"), state.get("config"))
+        if found != (type(self).__name__, self.config()):
+            raise ValueError(
+                f"state must come from a {type(self).__name__} with config {self.config()}, got {found[0]} with "
+                f"config {found[1]}; build the reducer with the same arguments before loading"
+            )
+        with self._lock:
+            self._load(state["state"])
+            self._pushes = int(state["pushes"])
+            self._dropped = int(state["dropped"])
+            self._move(self._device)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the state atomically to `path` (safetensors + JSON) and return the path."""
+        return save_state(path, self.state_dict(), kind="reducer")
+
+    def load(self, path: str | os.PathLike[str]) -> None:
+        """Restore the state `save(path)` wrote (never unpickles).
+
+        Raises:
+            ValueError: the file is not a reducer file, or holds another reducer type or configuration.
+        """
+        self.load_state_dict(load_state(path, kind="reducer"))
+
+    @abstractmethod
+    def _push(self, tensors: tuple[torch.Tensor, ...]) -> None:
+        """Fold one observation (detached, on the state's device) into the state."""
+
+    @abstractmethod
+    def _reset(self) -> None:
+        """Reset the tensor state to empty."""
+
+    @abstractmethod
+    def _move(self, device: torch.device) -> None:
+        """Move every state tensor to `device`."""
+
+    @abstractmethod
+    def _state(self) -> dict[str, Any]:
+        """Return the tensor state (tensors, lists of tensors, JSON-able values)."""
+
+    @abstractmethod
+    def _load(self, state: dict[str, Any]) -> None:
+        """Restore the tensor state returned by `_state()`."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        arguments = ", ".join(f"{name}={value!r}" for name, value in self.config().items())
+        return f"{type(self).__name__}({arguments})"
+
+
+def move(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Return `tensor` on `device`, float64 narrowed to float32 where `device` has no float64."""
+    dtype = torch.float32 if tensor.dtype == torch.float64 and device.type == "mps" else tensor.dtype
+    return tensor.to(device=device, dtype=dtype)
+
+
+def single(name: str, tensors: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """Return the one tensor of an observation, for reducers that follow one tensor over time.
+
+    Raises:
+        TypeError: the observation holds several tensors.
+    """
+    if len(tensors) != 1:
+        raise TypeError(
+            f"{name}.push takes one tensor per observation, got {len(tensors)}; give the monitor a map_ that "
+            "returns one tensor, or use a reducer that pools values (StatsReducer, HistogramReducer, ReservoirReducer)"
+        )
+    return tensors[0]
+
+
+def _check_tensors(name: str, tensors: tuple[Any, ...]) -> None:
+    if not tensors:
+        raise TypeError(f"{name}.push takes at least one tensor, got none")
+    for index, tensor in enumerate(tensors):
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(
+                f"{name}.push takes tensors, got {type(tensor).__name__} at position {index}; wrap numbers with "
+                "torch.tensor(...)"
+            )

@@ -1,0 +1,96 @@
+"""EMAReducer and CAReducer against a naive loop in float64."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hookscope.reducers import CAReducer, EMAReducer
+
+
+def _observations(seed: int, count: int, dtype: torch.dtype) -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    return [(torch.randn(3, 2, generator=generator) * 50).to(dtype) for _ in range(count)]
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    count=st.integers(1, 12),
+    alpha=st.floats(0.01, 1.0),
+    dtype=st.sampled_from([torch.float16, torch.bfloat16, torch.float32, torch.float64]),
+)
+def test_ema_matches_the_recurrence(seed: int, count: int, alpha: float, dtype: torch.dtype) -> None:
+    observations = _observations(seed, count, dtype)
+    ema = EMAReducer(alpha)
+    for observation in observations:
+        ema.push(observation)
+    expected = observations[0].double()
+    for observation in observations[1:]:
+        expected = alpha * observation.double() + (1 - alpha) * expected
+    value = ema.peek()
+    assert value is not None and value.dtype in (torch.float32, torch.float64)
+    torch.testing.assert_close(value.double(), expected, rtol=1e-5, atol=1e-4)
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    count=st.integers(1, 12),
+    dtype=st.sampled_from([torch.float16, torch.float32, torch.float64, torch.int32]),
+)
+def test_ca_matches_the_mean_of_all_pushes(seed: int, count: int, dtype: torch.dtype) -> None:
+    observations = _observations(seed, count, dtype)
+    average = CAReducer()
+    for observation in observations:
+        average.push(observation)
+    expected = torch.stack([o.double() for o in observations]).mean(0)
+    value = average.peek()
+    assert value is not None and average.count == count
+    torch.testing.assert_close(value.double(), expected, rtol=1e-5, atol=1e-4)
+
+
+def test_fp16_inputs_accumulate_in_fp32() -> None:
+    average = CAReducer()
+    for _ in range(3):
+        average.push(torch.full((4096,), 300.0, dtype=torch.float16))
+    value = average.peek()
+    assert value is not None and value.dtype == torch.float32 and value.square().sum().isfinite()
+
+
+def test_a_push_of_another_shape_is_dropped_by_default() -> None:
+    average = CAReducer()
+    for rows in (4, 4, 1):
+        average.push(torch.full((rows,), float(rows)))
+    value = average.peek()
+    assert value is not None and value.tolist() == [4.0] * 4
+    assert (average.count, average.dropped, average.pushes) == (2, 1, 3)
+
+
+def test_restart_policy_starts_over_and_counts_what_it_forgot() -> None:
+    ema = EMAReducer(0.5, on_shape_change="restart")
+    for rows in (4, 4, 1):
+        ema.push(torch.full((rows,), float(rows)))
+    value = ema.peek()
+    assert value is not None and value.tolist() == [1.0]
+    assert (ema.count, ema.dropped) == (1, 2)
+
+
+def test_dump_holds_the_one_value() -> None:
+    ema = EMAReducer(0.5)
+    ema.push(torch.ones(2))
+    dumped = ema.dump()
+    assert dumped is not None and dumped.shape == (1, 2)
+
+
+@pytest.mark.parametrize("alpha", [0, 1.5, True, "0.1"])
+def test_alpha_must_be_in_the_unit_interval(alpha: object) -> None:
+    with pytest.raises(ValueError, match=r"alpha must be a number in \(0, 1\], got"):
+        EMAReducer(alpha)  # type: ignore[arg-type]
+
+
+def test_shape_policy_must_be_known() -> None:
+    with pytest.raises(ValueError, match=r"on_shape_change must be one of \('drop', 'restart'\), got 'grow'"):
+        CAReducer(on_shape_change="grow")

@@ -1,0 +1,159 @@
+"""StatsReducer against a naive full-tensor oracle: every value concatenated and reduced in float64."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hookscope.reducers import StatsReducer
+
+DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32]
+TOLERANCE = {torch.float16: 1e-5, torch.bfloat16: 1e-5, torch.float32: 1e-5, torch.float64: 1e-10, torch.int32: 1e-10}
+
+
+def _batches(seed: int, shapes: list[tuple[int, ...]], dtype: torch.dtype, scale: float) -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    return [(torch.randn(shape, generator=generator) * scale + scale / 3).to(dtype) for shape in shapes]
+
+
+def _oracle(batches: list[torch.Tensor], correction: int = 0) -> dict[str, float]:
+    values = torch.cat([b.reshape(-1).to(torch.float64) for b in batches])
+    finite = values[torch.isfinite(values)]
+    return {
+        "count": finite.numel(),
+        "mean": finite.mean().item(),
+        "var": finite.var(correction=correction).item(),
+        "min": finite.min().item(),
+        "max": finite.max().item(),
+        "norm": finite.norm().item(),
+        "nonfinite": values.numel() - finite.numel(),
+    }
+
+
+shapes = st.lists(
+    st.tuples(st.integers(1, 6), st.integers(1, 5)).map(lambda s: s[: 1 + s[0] % 2]), min_size=1, max_size=6
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    shapes=shapes,
+    dtype=st.sampled_from(DTYPES),
+    scale=st.sampled_from([1e-3, 1.0, 300.0]),
+    correction=st.integers(0, 1),
+)
+def test_matches_the_oracle(
+    seed: int, shapes: list[tuple[int, ...]], dtype: torch.dtype, scale: float, correction: int
+) -> None:
+    batches = _batches(seed, shapes, dtype, scale)
+    reducer = StatsReducer(correction=correction)
+    for batch in batches:
+        reducer.push(batch)
+    stats, oracle = reducer.peek(), _oracle(batches, correction)
+    assert stats is not None
+    assert int(stats.count) == oracle["count"] and int(stats.nonfinite) == oracle["nonfinite"]
+    rtol = TOLERANCE[dtype]
+    for name in ("mean", "min", "max", "norm"):
+        assert getattr(stats, name).item() == pytest.approx(oracle[name], rel=rtol, abs=rtol * scale)
+    if oracle["count"] > correction:
+        assert stats.var.item() == pytest.approx(oracle["var"], rel=1e-4, abs=rtol * scale**2)
+        assert stats.std.item() == pytest.approx(oracle["var"] ** 0.5, rel=1e-4, abs=rtol * scale)
+    else:
+        assert stats.var.isnan()
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**16), left=shapes, right=shapes)
+def test_merge_equals_pushing_everything_into_one(
+    seed: int, left: list[tuple[int, ...]], right: list[tuple[int, ...]]
+) -> None:
+    first, second = _batches(seed, left, torch.float32, 2.0), _batches(seed + 1, right, torch.float32, 5.0)
+    merged, other, single = StatsReducer(), StatsReducer(), StatsReducer()
+    for batch in first:
+        merged.push(batch)
+    for batch in second:
+        other.push(batch)
+    for batch in first + second:
+        single.push(batch)
+    merged.merge(other)
+    expected, got = single.peek(), merged.peek()
+    assert expected is not None and got is not None
+    for name, value in expected.as_dict().items():
+        torch.testing.assert_close(getattr(got, name), value, rtol=1e-9, atol=1e-9)
+    assert merged.pushes == single.pushes
+
+
+def test_merge_into_an_empty_reducer_and_of_an_empty_one() -> None:
+    full, empty = StatsReducer(), StatsReducer()
+    full.push(torch.tensor([1.0, 3.0]))
+    full.merge(StatsReducer())
+    empty.merge(full)
+    for reducer in (full, empty):
+        stats = reducer.peek()
+        assert stats is not None and (int(stats.count), stats.mean.item(), stats.var.item()) == (2, 2.0, 1.0)
+
+
+def test_merge_refuses_other_reducers() -> None:
+    from hookscope.reducers import EMAReducer
+
+    with pytest.raises(TypeError, match="other must be a StatsReducer, got EMAReducer"):
+        StatsReducer().merge(EMAReducer(0.1))  # type: ignore[arg-type]
+
+
+def test_fp16_values_of_300_stay_finite_and_match_fp32() -> None:
+    values = torch.full((4096,), 300.0, dtype=torch.float16) + torch.linspace(-4, 4, 4096).half()
+    assert not torch.isfinite(values.square().sum())  # the naive fp16 sum of squares overflows
+    reducer = StatsReducer()
+    reducer.push(values)
+    stats, reference = reducer.peek(), values.float()
+    assert stats is not None
+    assert stats.mean.item() == pytest.approx(reference.mean().item(), rel=1e-6)
+    assert stats.var.item() == pytest.approx(reference.var(correction=0).item(), rel=1e-4)
+    assert stats.norm.item() == pytest.approx(reference.norm().item(), rel=1e-6)
+    assert all(torch.isfinite(t) for t in (stats.mean, stats.var, stats.norm))
+
+
+def test_non_finite_values_are_counted_not_averaged() -> None:
+    reducer = StatsReducer()
+    reducer.push(torch.tensor([1.0, float("nan"), float("inf"), 3.0, float("-inf")]))
+    stats = reducer.peek()
+    assert stats is not None
+    assert (int(stats.count), int(stats.nonfinite), stats.mean.item(), stats.max.item()) == (2, 3, 2.0, 3.0)
+
+
+def test_one_value_has_zero_variance_and_no_value_has_nan_mean() -> None:
+    one, none = StatsReducer(), StatsReducer()
+    one.push(torch.tensor([5.0]))
+    none.push(torch.tensor([float("nan")]))
+    none.push(torch.empty(0))
+    stats_one, stats_none = one.peek(), none.peek()
+    assert stats_one is not None and stats_none is not None
+    assert (stats_one.var.item(), stats_one.std.item()) == (0.0, 0.0)
+    assert int(stats_none.count) == 0 and stats_none.mean.isnan() and stats_none.min.isnan()
+    assert StatsReducer(correction=1).peek() is None
+
+
+def test_many_tiny_increments_do_not_drift() -> None:
+    reducer = StatsReducer()
+    batch = torch.full((1000,), 1e-8, dtype=torch.float64) + torch.arange(1000, dtype=torch.float64) * 1e-12
+    for _ in range(1000):
+        reducer.push(batch)
+    stats = reducer.peek()
+    assert stats is not None
+    assert stats.mean.item() == pytest.approx(batch.mean().item(), rel=1e-12)
+    assert stats.var.item() == pytest.approx(batch.var(correction=0).item(), rel=1e-9)
+
+
+def test_correction_must_be_a_non_negative_int() -> None:
+    with pytest.raises(ValueError, match="correction must be a non-negative int, got -1"):
+        StatsReducer(correction=-1)
+
+
+def test_dump_adds_a_leading_dimension() -> None:
+    reducer = StatsReducer()
+    reducer.push(torch.arange(4.0))
+    dumped = reducer.dump()
+    assert dumped is not None and dumped.mean.shape == (1,) and dumped.mean.item() == 1.5
