@@ -31,19 +31,19 @@ def walk(model: nn.Module) -> list[Node]:
     """Return every path of the module tree in registration order, repeated modules marked, wrappers skipped."""
     nodes: list[Node] = []
     first: dict[int, str] = {}
-
-    def visit(path: str, module: nn.Module, depth: int) -> None:
+    pending: list[tuple[str, nn.Module, int]] = [("", model, 0)]  # iterative: no self-referencing closure
+    while pending:
+        path, module, depth = pending.pop()
         module = unwrap(module)
         if id(module) in first:
             nodes.append(Node(path, module, depth, first[id(module)]))
-            return
+            continue
         first[id(module)] = path
         nodes.append(Node(path, module, depth, None))
-        for name, child in module._modules.items():
-            if child is not None:
-                visit(f"{path}.{name}" if path else name, child, depth + 1)
-
-    visit("", model, 0)
+        children = [
+            (f"{path}.{name}" if path else name, c, depth + 1) for name, c in module._modules.items() if c is not None
+        ]
+        pending += reversed(children)
     return nodes
 
 

@@ -5,8 +5,8 @@ global hooks, where FlopCounterMode's module tracker closes a module) on every m
 `torch.no_grad()` and returns one `CallRecord` per module call. FLOPs of a call are the change of
 FlopCounterMode's running total between its two hooks, so they include the calls it makes (inclusive) and the sum
 of `self_flops` over all calls equals the total. The train/eval mode of every module, buffers (BatchNorm running
-statistics in train mode) and the RNG state are restored and the hooks removed, also when forward fails; then
-the error names the module that was running.
+statistics in train mode) and the RNG state (dropout, lazy modules) are restored and the hooks removed, also when
+forward fails; then the error names the module that was running.
 """
 
 from __future__ import annotations
@@ -146,13 +146,13 @@ def run_forward(
 
 @contextmanager
 def restored_modes(model: nn.Module, keep_buffers: bool = False) -> Iterator[None]:
-    """Restore every module's train/eval mode on exit (and buffers and RNG state with `keep_buffers`)."""
+    """Restore every module's train/eval mode and the RNG state on exit (and the buffers with `keep_buffers`)."""
     modes = [(m, m.training) for m in model.modules()]
     saved = _buffers(model) if keep_buffers else []
     tensors = [*model.parameters(), *model.buffers()]
     devices = sorted({t.get_device() for t in tensors if t.is_cuda})
     try:
-        with torch.random.fork_rng(devices=devices, enabled=keep_buffers):
+        with torch.random.fork_rng(devices=devices):
             yield
     finally:
         for module, training in modes:

@@ -42,27 +42,26 @@ def _visible(s: ModelSummary, depth: int | None) -> list[LayerRow]:
 
 def _prefixes(rows: list[LayerRow], ascii_only: bool) -> list[str]:
     tee, elbow, bar, blank = _TREE[ascii_only]
+    last = _last_children(rows)
+    ancestors: list[bool] = []  # ancestors[depth]: whether the open row at that depth is a last child
     out = []
-    for index, row in enumerate(rows):
-        parts = []
-        for level in range(1, row.depth + 1):
-            last = _is_last(rows, index, level)
-            if level == row.depth:
-                parts.append(elbow if last else tee)
-            else:
-                parts.append(blank if last else bar)
-        out.append("".join(parts))
+    for row, is_last in zip(rows, last, strict=True):
+        del ancestors[row.depth :]
+        parts = [blank if done else bar for done in ancestors[1:]]
+        out.append("".join(parts) + ((elbow if is_last else tee) if row.depth else ""))
+        ancestors.append(is_last)
     return out
 
 
-def _is_last(rows: list[LayerRow], index: int, level: int) -> bool:
-    """Whether the ancestor-or-self of rows[index] at `level` has no later sibling among the rows."""
-    for later in rows[index + 1 :]:
-        if later.depth < level:
-            return True
-        if later.depth == level:
-            return False
-    return True
+def _last_children(rows: list[LayerRow]) -> list[bool]:
+    """Whether each row is the last child of its parent among `rows` (one backward pass)."""
+    last = [True] * len(rows)
+    seen: set[int] = set()  # depths met since the last shallower row, scanning backwards
+    for index in range(len(rows) - 1, -1, -1):
+        depth = rows[index].depth
+        last[index] = depth not in seen
+        seen = {d for d in seen if d < depth} | {depth}
+    return last
 
 
 def _name(row: LayerRow, model: str) -> str:

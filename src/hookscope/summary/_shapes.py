@@ -1,8 +1,9 @@
 """Describe the inputs and outputs of a module call as nested shapes, and format them.
 
-A description keeps the structure of the value: a tensor becomes its `torch.Size`, a tuple, list or namedtuple a
-tuple of descriptions, a dict a dict of descriptions, and any other leaf a short string (`"None"`, `"3"`,
-`"'mean'"`, `"Distribution"`). Descriptions hold no tensor, so keeping them never keeps memory alive.
+A description keeps the structure of the value: a tensor becomes its `torch.Size`, a tuple or list a tuple of
+descriptions, a dict or namedtuple a dict of descriptions (by key or field name), and any other leaf a short string
+(`"None"`, `"3"`, `"'mean'"`, `"Distribution"`). Descriptions hold no tensor, so keeping them never keeps memory
+alive.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ def describe(value: Any) -> Any:
         return value.shape
     if isinstance(value, dict):
         return {str(key): describe(item) for key, item in value.items()}
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # namedtuple: keep the field names
+        return {str(name): describe(item) for name, item in zip(value._fields, value, strict=True)}
     if isinstance(value, (tuple, list)):
         return tuple(describe(item) for item in value)
     if value is None or isinstance(value, (bool, int, float)):
