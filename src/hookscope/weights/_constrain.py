@@ -57,6 +57,10 @@ class _ConstraintParametrization(nn.Module):
             self.count.add(self.constraint.violated(weight))
         return self.constraint.project(weight)
 
+    def right_inverse(self, weight: torch.Tensor) -> torch.Tensor:
+        """Store an assigned weight as given (`module.weight = w`); the projection applies when it is read."""
+        return weight
+
 
 class ConstraintHandle:
     """Constraints placed by `register_constraint`: counts per layer, `apply()` now, `remove()` (idempotent).

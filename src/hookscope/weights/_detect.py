@@ -23,6 +23,7 @@ __all__ = [
 ]
 
 _BLOCK_ELEMENTS = 1 << 22  # entries per temporary block (16 MiB in float32)
+_SKETCH_COLUMNS = 16
 
 
 def _matrix_layers(model: nn.Module, layer_names: Selector) -> list[tuple[str, nn.Module]]:
@@ -37,8 +38,9 @@ def has_close_rows(rows: torch.Tensor, threshold: float) -> bool:
     """Whether two rows of `rows` differ by at most `threshold` in every entry (L-infinity distance).
 
     Sorts the rows by their widest column: two rows within `threshold` of each other are within `threshold`
-    in that column too, so only pairs whose sorted keys are that close are compared, offset by offset, in
-    blocks. Memory is O(rows + block), never quadratic. Rows with NaN never count as close.
+    in that column too, so only pairs whose sorted keys are that close are candidates, offset by offset;
+    candidates are screened on the next widest columns, then compared in full, in blocks. Memory is
+    O(rows + block), never quadratic. Rows with NaN never count as close.
 
     Shape:
         rows `(n, d)`.
@@ -50,15 +52,18 @@ def has_close_rows(rows: torch.Tensor, threshold: float) -> bool:
     if rows.shape[1] == 0:
         return True
     spread = torch.nan_to_num(rows.amax(0) - rows.amin(0), nan=-1.0)
-    column = int(spread.argmax())
-    order = torch.argsort(rows[:, column], stable=True)
+    widest = torch.topk(spread, min(_SKETCH_COLUMNS, rows.shape[1])).indices
+    order = torch.argsort(rows[:, widest[0]], stable=True)
     ordered = rows.index_select(0, order)
-    keys = ordered[:, column]
+    keys, sketch = ordered[:, widest[0]], ordered.index_select(1, widest)
     block = max(1, _BLOCK_ELEMENTS // rows.shape[1])
     for offset in range(1, n):
         candidates = torch.nonzero((keys[offset:] - keys[:-offset]) <= threshold).flatten()
         if candidates.numel() == 0:
             return False  # keys are sorted: gaps only grow with the offset
+        # A cheap necessary condition on a few wide columns first, then every column for the survivors.
+        near = ((sketch[candidates + offset] - sketch[candidates]).abs() <= threshold).all(dim=1)
+        candidates = candidates[near]
         for start in range(0, candidates.numel(), block):
             index = candidates[start : start + block]
             gap = (ordered.index_select(0, index + offset) - ordered.index_select(0, index)).abs().amax(dim=1)
