@@ -1,0 +1,30 @@
+"""Make any name safe to show: HTML-escaped, bidi and control characters made visible, and safe file names."""
+
+from __future__ import annotations
+
+import html
+import re
+import unicodedata
+
+from ..plot._base import neutralize
+
+__all__ = ["neutralize", "safe_filename", "text"]
+
+_UNSAFE_FILE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def text(value: object) -> str:
+    """Return `value` as HTML text: neutralized (see `neutralize`), then escaped, quotes included."""
+    return html.escape(neutralize(value), quote=True)
+
+
+def safe_filename(name: str, default: str = "model") -> str:
+    """Return a file name built from `name` that stays inside its folder (no separators, no dot-only names).
+
+    >>> safe_filename("../../etc/passwd")
+    'etc_passwd'
+    >>> safe_filename("")
+    'model'
+    """
+    cleaned = _UNSAFE_FILE.sub("_", unicodedata.normalize("NFKC", name)).strip("._-")
+    return cleaned[:80] or default

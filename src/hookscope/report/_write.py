@@ -1,0 +1,102 @@
+"""write_report / render_report: the page and its data, written atomically into one folder."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from .._io import atomic_write
+from ..watch import WatchResults
+from ._data import DOCUMENT_FILE, RESULTS_FILE, WEIGHTS_FILE, load_data, prepare_data, save_data
+from ._html import render_page
+
+__all__ = ["REPORT_FILE", "render_report", "write_report"]
+
+REPORT_FILE = "report.html"
+
+
+def write_report(
+    out_dir: str | os.PathLike[str],
+    results: WatchResults,
+    *,
+    summary: Any = None,
+    findings: Iterable[Any] | None = None,
+    meta: Mapping[str, Any] | None = None,
+    weights: nn.Module | Mapping[str, torch.Tensor] | None = None,
+) -> Path:
+    """Write one self-contained HTML report of `results` into `out_dir`, with its data beside it.
+
+    The page (`report.html`) works offline: plots are inline PNG images, styles are inline, there is no script
+    and its Content-Security-Policy forbids any. Findings come first, then the model summary, overview plots and
+    one section per layer. Every name is HTML-escaped with bidi controls shown as `<U+202E>`. Beside it:
+    `results.safetensors` (`WatchResults.save`), `report.json` (metadata, summary, findings) and, when `weights`
+    is given, `weights.safetensors` (histograms of each parameter); `render_report(out_dir)` draws the page again
+    from them. Each file is written atomically.
+
+    Args:
+        out_dir: The folder to write into (created when missing).
+        results: What `watch()` collected.
+        summary: A `ModelSummary` (or its `to_dict()`), shown as a table.
+        findings: The doctor's findings (`diagnose(results)`), shown first in the given (ranked) order.
+        meta: Run metadata to show (e.g. `{"status": "raised", "error": "...", "script": "train.py"}`); a status
+            other than `"completed"` puts a banner at the top of the page.
+        weights: A model or a name -> tensor mapping whose weight distributions to draw.
+
+    Returns:
+        The path of the HTML page.
+
+    Raises:
+        TypeError: `results` is not a `WatchResults`.
+        ValueError: `out_dir` exists and is not a folder.
+    """
+    if not isinstance(results, WatchResults):
+        raise TypeError(f"results must be a WatchResults (from watch().results()), got {type(results).__name__}")
+    folder = Path(out_dir)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"out_dir must be a folder, got the file {str(folder)!r}; pick another --out")
+    folder.mkdir(parents=True, exist_ok=True)
+    histograms = None
+    if weights is not None:
+        from ..plot import weight_histograms
+
+        histograms = weight_histograms(weights)
+    data = prepare_data(results, summary, findings, meta, histograms)
+    page = render_page(data)  # before any write: a failure while drawing leaves the previous report whole
+    save_data(folder, data)
+    return _readable(atomic_write(folder / REPORT_FILE, page), folder)
+
+
+def render_report(out_dir: str | os.PathLike[str]) -> Path:
+    """Draw the report page again from the data `write_report` saved in `out_dir`; return the page's path.
+
+    Raises:
+        FileNotFoundError: `out_dir` holds no report data.
+        ValueError: A data file is not what a report writes (pickles are never loaded).
+    """
+    folder = Path(out_dir)
+    return _readable(atomic_write(folder / REPORT_FILE, render_page(load_data(folder))), folder)
+
+
+def _readable(page: Path, folder: Path) -> Path:
+    """Give the report's files the permissions of ordinary new files (temporary files start as 0600)."""
+    umask = _umask()
+    for name in (REPORT_FILE, RESULTS_FILE, DOCUMENT_FILE, WEIGHTS_FILE):
+        if (folder / name).is_file():
+            (folder / name).chmod(0o666 & ~umask)
+    return page
+
+
+def _umask() -> int:
+    """Read the process umask without changing it (os.umask would, for a moment, in every thread)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    return 0o022
