@@ -1,5 +1,31 @@
-"""watch(): one line to monitor a model while it trains (results schema in `_results.py`)."""
+"""watch(): one line to monitor a model while it trains, and `WatchResults`, what it collected.
 
+`_watch.py` holds `Watch` (a `hookscope.callbacks.Callback` that drives itself in plain loops) and `watch()`;
+`_recorder.py` the hooks and what they write into device buffers (`_buffers.py`, one row per recorded step,
+flushed in one transfer); `_kernels.py` the per-tensor statistics (a few fused torch calls, never a host sync);
+`_store.py` the bounded host-side store; `_assemble.py` and `_extras.py` turn all of it into `WatchResults`
+(`_results.py`: the schema the doctor, plots and report read, saved as safetensors + JSON); `_sinks.py` sends
+flushed steps to CSV, JSON lines or TensorBoard; `_state.py` resumes a run.
+"""
+
+from ._kernels import identical_units
+from ._options import GROUPS
 from ._results import ACTIVATION_STATS, GRAD_STATS, WatchResults
+from ._sinks import CSVSink, JSONLSink, Sink, TensorBoardSink
+from ._watch import ACTIVATION_TYPES, Watch, default_selector, watch
 
-__all__ = ["ACTIVATION_STATS", "GRAD_STATS", "WatchResults"]
+__all__ = [
+    "ACTIVATION_STATS",
+    "ACTIVATION_TYPES",
+    "GRAD_STATS",
+    "GROUPS",
+    "CSVSink",
+    "JSONLSink",
+    "Sink",
+    "TensorBoardSink",
+    "Watch",
+    "WatchResults",
+    "default_selector",
+    "identical_units",
+    "watch",
+]

@@ -50,6 +50,7 @@ class WatchResults:
         first_nonfinite: `{"forward": {"path", "step"} or None, "backward": {"path", "step"} or None}`: the first
             module (in execution order) whose output, or output gradient, became NaN/Inf.
         unobserved: module path -> why it was never observed (with advice).
+        execution_order: module paths in the order their forward first completed (children before parents).
         dropped: reason -> number of observations not kept (`"sampling"`, `"capacity"`, `"eval"` ...).
         meta: free-form run metadata (options, torch version, model class ...), JSON-able.
     """
@@ -69,6 +70,7 @@ class WatchResults:
         default_factory=lambda: {"forward": None, "backward": None}
     )
     unobserved: dict[str, str] = field(default_factory=dict)
+    execution_order: list[str] = field(default_factory=list)
     dropped: dict[str, int] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
 
@@ -128,6 +130,7 @@ class WatchResults:
             "identical_units": self.identical_units,
             "first_nonfinite": self.first_nonfinite,
             "unobserved": self.unobserved,
+            "execution_order": self.execution_order,
             "dropped": self.dropped,
             "meta": self.meta,
         }

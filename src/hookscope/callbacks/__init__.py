@@ -1,0 +1,15 @@
+"""Training-loop callbacks: the event protocol, a driver for plain loops, HookCallback and ActivationStats.
+
+`Callback` (`_base.py`) names the events of a training run (fit start/end, batch start/end, after backward,
+before/after the optimizer step) with a `state_dict`; `LoopDriver` emits them from a plain PyTorch loop through
+hooks on the root model and the optimizer (`callback.attach(model)`), and `hookscope.integrations` emits them
+from Lightning and Hugging Face trainers. `HookCallback` (fastai's) places hooks on modules for a fit or for some
+batches; `ActivationStats` builds on it to record per-batch activation statistics on the device. `hookscope.watch`
+is a callback too. Nothing here imports the trainers.
+"""
+
+from ._activation_stats import ActivationStats, RecordsDroppedWarning
+from ._base import Callback, LoopDriver
+from ._hook_callback import HookCallback
+
+__all__ = ["ActivationStats", "Callback", "HookCallback", "LoopDriver", "RecordsDroppedWarning"]

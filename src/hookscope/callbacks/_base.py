@@ -1,0 +1,207 @@
+"""The training-loop event protocol (`Callback`) and the driver that emits its events in a plain loop."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch.autograd import Variable
+
+from ..hooks import HookHandle, check_hookable, register_module_hook, register_optimizer_hook, tensor_leaves
+
+__all__ = ["Callback", "LoopDriver"]
+
+
+class Callback:
+    """No-op base of the events a training loop emits; override the ones you need.
+
+    The order within one training batch is `on_batch_start`, (forward), `after_backward`,
+    `before_optimizer_step`, `after_optimizer_step`, `on_batch_end`; `on_fit_start` and `on_fit_end` bracket the
+    whole run. Drive the events from a plain loop with `attach`, from Lightning with
+    `hookscope.integrations.lightning.HookscopeLightningCallback`, from a Hugging Face `Trainer` with
+    `hookscope.integrations.transformers.HookscopeTrainerCallback`.
+    """
+
+    def on_fit_start(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> None:
+        """Start observing `model` (register hooks here); `optimizer` is the one that trains it, if known."""
+
+    def on_fit_end(self, error: BaseException | None = None) -> None:
+        """Stop observing (remove hooks, flush); `error` is the exception that ended the run, if any."""
+
+    def on_batch_start(self, batch: int) -> None:
+        """Begin training batch number `batch` (counted from 0 over the run)."""
+
+    def on_batch_end(self, batch: int) -> None:
+        """End training batch number `batch`; its forward, backward and optimizer step are done."""
+
+    def after_backward(self) -> None:
+        """React to a finished backward pass (gradients are accumulated in `.grad`)."""
+
+    def before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """React to `optimizer` being about to update the parameters (gradients final)."""
+
+    def after_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """React to `optimizer` having updated the parameters."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Return the state needed to resume (counters, collected data); empty by default."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the state returned by `state_dict`."""
+
+    def attach(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> LoopDriver:
+        """Drive this callback's events from a plain training loop over `model`: see `LoopDriver`.
+
+        Example:
+            >>> import torch, torch.nn as nn
+            >>> from hookscope.callbacks import Callback
+            >>> class Count(Callback):
+            ...     batches = 0
+            ...     def on_batch_start(self, batch): self.batches += 1
+            >>> model, counter = nn.Linear(2, 1), Count()
+            >>> with counter.attach(model):
+            ...     for _ in range(3):
+            ...         model(torch.ones(4, 2)).sum().backward()
+            >>> counter.batches
+            3
+        """
+        return LoopDriver([self], model, optimizer)
+
+
+class LoopDriver:
+    """Emit `Callback` events from a plain training loop, through hooks on the root model and the optimizer.
+
+    Each forward of `model` in training mode begins a training batch (`on_batch_start`); the batch ends when the
+    next one begins, when `model` runs a forward in eval mode, or at `detach`. `after_backward` fires when a
+    backward through the root output completes; `before/after_optimizer_step` fire around `optimizer.step()`
+    when an optimizer is given. `on_fit_start` runs now; `detach()` (or leaving the `with` block) runs
+    `on_fit_end`, also when the block raises, and removes the driver's hooks.
+
+    Args:
+        callbacks: The callbacks to drive, in event order.
+        model: The root model.
+        optimizer: The optimizer that trains it, if any.
+        train_only: Whether only training-mode forwards are batches (`False`: eval-mode forwards are too).
+
+    Raises:
+        TypeError: `model` is not an `nn.Module`, or a callback is not a `Callback`.
+    """
+
+    def __init__(
+        self,
+        callbacks: Iterable[Callback],
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer | None = None,
+        *,
+        train_only: bool = True,
+    ) -> None:
+        check_hookable(model, "model")
+        self.callbacks = list(callbacks)
+        for callback in self.callbacks:
+            if not isinstance(callback, Callback):
+                raise TypeError(f"callbacks must be hookscope Callback objects, got {type(callback).__name__}")
+        self.batch = -1
+        self.is_batch_open = False
+        self.train_only = train_only
+        self._handles: list[HookHandle] = []
+        self._started: list[Callback] = []
+        self._detached = False
+        self._wants_backward = any(_overrides(c, "after_backward") for c in self.callbacks)
+        try:
+            self._register(model, optimizer)
+            for callback in self.callbacks:
+                callback.on_fit_start(model, optimizer)
+                self._started.append(callback)
+        except BaseException as err:
+            self.detach(err)
+            raise
+
+    def _register(self, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
+        tags = ("LoopDriver",)
+        add = self._handles.append
+        add(register_module_hook(model, "forward_pre", self._forward_pre, owner=self, tags=tags, prepend=True))
+        if self._wants_backward:
+            add(register_module_hook(model, "forward", self._forward, owner=self, tags=tags))
+        if optimizer is not None:
+            add(register_optimizer_hook(optimizer, "step_pre", self._step_pre, owner=self, tags=tags))
+            add(register_optimizer_hook(optimizer, "step_post", self._step_post, owner=self, tags=tags))
+
+    def _forward_pre(self, module: nn.Module, args: Any) -> None:
+        self.end_batch()
+        if module.training or not self.train_only:
+            self.batch += 1
+            self.is_batch_open = True
+            for callback in self.callbacks:
+                callback.on_batch_start(self.batch)
+
+    def _forward(self, module: nn.Module, args: Any, output: Any) -> None:
+        if not self.is_batch_open:
+            return
+        leaves = [t for _, t in tensor_leaves(output) if t.requires_grad]
+        if leaves:  # fires once per backward through the output, then waits for the whole backward to finish
+            torch.autograd.graph.register_multi_grad_hook(leaves, self._backward_started, mode="any")
+
+    def _backward_started(self, grad: Any) -> None:
+        Variable._execution_engine.queue_callback(self._after_backward)
+
+    def _after_backward(self) -> None:
+        for callback in self.callbacks:
+            callback.after_backward()
+
+    def _step_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        for callback in self.callbacks:
+            callback.before_optimizer_step(optimizer)
+
+    def _step_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        for callback in self.callbacks:
+            callback.after_optimizer_step(optimizer)
+
+    def end_batch(self) -> None:
+        """End the open training batch, if any (`on_batch_end`)."""
+        if self.is_batch_open:
+            self.is_batch_open = False
+            for callback in self.callbacks:
+                callback.on_batch_end(self.batch)
+
+    def detach(self, error: BaseException | None = None) -> None:
+        """End the open batch, run `on_fit_end` and remove the driver's hooks; calling it again does nothing.
+
+        Every started callback gets `on_fit_end` and the hooks are removed even when one of them raises; the
+        first such exception is re-raised afterwards.
+        """
+        if self._detached:
+            return
+        self._detached = True
+        failure: BaseException | None = None
+        try:
+            if error is None:
+                self.end_batch()
+        except BaseException as err:
+            failure = err
+        for callback in reversed(self._started):
+            try:
+                callback.on_fit_end(error if error is not None else failure)
+            except BaseException as err:
+                failure = failure or err
+        while self._handles:
+            self._handles.pop().remove()
+        if failure is not None and error is None:
+            raise failure
+
+    @property
+    def is_attached(self) -> bool:
+        """Whether the driver still emits events."""
+        return not self._detached
+
+    def __enter__(self) -> LoopDriver:
+        return self
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, traceback: object) -> None:
+        self.detach(exc)
+
+
+def _overrides(callback: Callback, name: str) -> bool:
+    return getattr(type(callback), name) is not getattr(Callback, name)

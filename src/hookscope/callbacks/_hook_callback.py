@@ -1,0 +1,165 @@
+"""`HookCallback`: fastai's callback that places hooks on modules for the length of a fit (or of some batches)."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from ..hooks import HookHandle, Selector, map_tensors, register_module_hook, select_modules
+from ._base import Callback
+
+__all__ = ["HookCallback"]
+
+HookFunction = Callable[[nn.Module, Any, Any], Any]
+
+
+class HookCallback(Callback):
+    """Register `hook(m, i, o)` on `modules` when training starts; remove it at the end (fastai's HookCallback).
+
+    The hook is the `hook` method a subclass implements, or the function passed as `hook`; what it returns for
+    each module is kept in `stored` (model order). It receives detached (`detach=True`) CPU copies
+    (`cpu=True`) of the inputs and output, or, with `is_forward=False`, of the gradients
+    `(m, grad_input, grad_output)` from a full backward hook. With `every=N`, the hooks exist only during the
+    training batches whose index (from 0) is a multiple of N; with `every=None`, from fit start to fit end.
+
+    Args:
+        modules: The modules to hook: a list of modules of the model, or any `hookscope.hooks` selector; `None`
+            (default) means every module with parameters of its own.
+        every: Observe one training batch in `every` (`None`: all of them).
+        remove_end: Remove the hooks when the fit ends normally (they are always removed when it raises).
+        is_forward: Forward hooks (`True`) or full backward hooks (`False`).
+        detach: Pass detached tensors to the hook.
+        cpu: Pass CPU copies to the hook.
+        hook: A function `hook(m, i, o) -> Any` to use instead of the `hook` method.
+
+    Raises:
+        ValueError: `every` is not a positive int or `None`.
+        TypeError: `hook` is not callable.
+
+    Example:
+        >>> import torch, torch.nn as nn
+        >>> model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1))
+        >>> shapes = HookCallback(hook=lambda m, i, o: tuple(o.shape))
+        >>> with shapes.attach(model):
+        ...     _ = model(torch.zeros(5, 3))
+        >>> shapes.stored
+        [(5, 4), (5, 1)]
+    """
+
+    def __init__(
+        self,
+        modules: Selector = None,
+        every: int | None = None,
+        remove_end: bool = True,
+        is_forward: bool = True,
+        detach: bool = True,
+        cpu: bool = True,
+        hook: HookFunction | None = None,
+    ) -> None:
+        if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
+            raise ValueError(f"every must be a positive int or None, got {every!r}")
+        if hook is not None:
+            if not callable(hook):
+                raise TypeError(f"hook must be callable (m, i, o) -> Any, got {type(hook).__name__}")
+            self.hook = hook  # type: ignore[method-assign,assignment]
+        self.modules = modules
+        self.every = every
+        self.remove_end, self.is_forward, self.detach, self.cpu = remove_end, is_forward, detach, cpu
+        self.paths: list[str] = []
+        self.stored: list[Any] = []
+        self._module_refs: list[weakref.ref[nn.Module]] = []
+        self._handles: list[HookHandle] = []
+
+    def hook(self, m: nn.Module, i: Any, o: Any) -> Any:
+        """Compute what to keep for module `m` from its input `i` and output `o` (override this)."""
+        return None
+
+    @property
+    def hooked_modules(self) -> list[nn.Module]:
+        """The modules this callback hooks (those still alive), in model order."""
+        return [m for m in (ref() for ref in self._module_refs) if m is not None]
+
+    @property
+    def is_registered(self) -> bool:
+        """Whether the hooks are currently in place."""
+        return bool(self._handles)
+
+    def on_fit_start(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> None:
+        """Resolve `modules` on `model`; with `every=None`, register the hooks."""
+        chosen = _resolve(model, self.modules)
+        self.paths = [path for path, _ in chosen]
+        self._module_refs = [weakref.ref(m) for _, m in chosen]
+        self.stored = [None] * len(chosen)
+        if self.every is None:
+            self.register()
+
+    def on_batch_start(self, batch: int) -> None:
+        """With `every=N`, register the hooks on the batches that are multiples of N."""
+        if self.every is not None and batch % self.every == 0:
+            self.register()
+
+    def on_batch_end(self, batch: int) -> None:
+        """With `every=N`, remove the hooks after an observed batch."""
+        if self.every is not None:
+            self.remove()
+
+    def on_fit_end(self, error: BaseException | None = None) -> None:
+        """Remove the hooks (unless `remove_end=False` and the fit ended normally)."""
+        if self.remove_end or error is not None:
+            self.remove()
+
+    def register(self) -> None:
+        """Place the hooks on the resolved modules (does nothing when they are already placed)."""
+        if self._handles:
+            return
+        kind = "forward" if self.is_forward else "backward"
+        try:
+            for index, (path, ref) in enumerate(zip(self.paths, self._module_refs, strict=True)):
+                module = ref()
+                if module is not None:
+                    hook = self._make_hook(index)
+                    self._handles.append(register_module_hook(module, kind, hook, owner=self, path=path, tags=_TAGS))
+        except BaseException:
+            self.remove()
+            raise
+
+    def remove(self) -> None:
+        """Remove the hooks; calling it again does nothing."""
+        while self._handles:
+            self._handles.pop().remove()
+
+    def _make_hook(self, index: int) -> HookFunction:
+        stored = self.stored
+        prepare = self._prepare if (self.detach or self.cpu) else None
+
+        def hook_fn(module: nn.Module, inputs: Any, output: Any) -> None:
+            if prepare is not None:
+                inputs, output = map_tensors((inputs, output), prepare)
+            stored[index] = self.hook(module, inputs, output)
+
+        return hook_fn
+
+    def _prepare(self, tensor: torch.Tensor) -> torch.Tensor:
+        if self.detach:
+            tensor = tensor.detach()
+        return tensor.cpu() if self.cpu else tensor
+
+
+_TAGS = ("HookCallback",)
+
+
+def _resolve(model: nn.Module, modules: Selector) -> list[tuple[str, nn.Module]]:
+    if isinstance(modules, (list, tuple)) and modules and all(isinstance(m, nn.Module) for m in modules):
+        ids = {id(m) for m in modules}
+        chosen = [(path, m) for path, m in select_modules(model, lambda p, m: id(m) in ids)]
+        if len(chosen) != len(ids):
+            raise ValueError(
+                f"modules must all be modules of the model, got {len(ids) - len(chosen)} that are not (pass modules "
+                "of the model being trained, or a path selector such as 'encoder.*')"
+            )
+        return chosen
+    return select_modules(model, modules)

@@ -1,0 +1,427 @@
+"""`watch()`: one line that monitors a model while it trains, as a `Callback` with its own plain-loop driver."""
+
+from __future__ import annotations
+
+import warnings
+import weakref
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from .._errors import UnobservedModuleWarning
+from ..callbacks import Callback, LoopDriver
+from ..hooks import Selector, check_hookable, normalize_path, select_modules
+from ._assemble import build_results, first_from_flags, first_nonfinite, merge_first
+from ._extras import collect_extras, watch_meta
+from ._options import GROUPS, WatchOptions
+from ._recorder import Recorder
+from ._results import WatchResults
+from ._sinks import Sink
+from ._state import apply_recorder_state, load_watch_state, watch_state
+from ._store import SeriesStore
+
+__all__ = ["ACTIVATION_TYPES", "Watch", "watch"]
+
+ACTIVATION_TYPES: tuple[type[nn.Module], ...] = (
+    nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.RReLU, nn.ELU, nn.CELU, nn.SELU, nn.GELU, nn.SiLU, nn.Mish, nn.Hardswish,
+    nn.Tanh, nn.Sigmoid, nn.Hardtanh, nn.Hardsigmoid, nn.Softsign,
+)  # fmt: skip
+"""Activation modules `watch()` observes by default besides the modules with parameters (dead units, saturation)."""
+
+
+def default_selector(path: str, module: nn.Module) -> bool:
+    """`watch()`'s default: modules with parameters of their own, and activation modules (`ACTIVATION_TYPES`)."""
+    return isinstance(module, ACTIVATION_TYPES) or next(iter(module.parameters(recurse=False)), None) is not None
+
+
+class Watch(Callback):
+    """Monitor a model while it trains; see `watch()` for the arguments. A `Callback`, and a context manager."""
+
+    def __init__(
+        self,
+        model: nn.Module | None = None,
+        optimizer: torch.optim.Optimizer | None = None,
+        *,
+        select: Selector = None,
+        every: int = 1,
+        train_only: bool = True,
+        groups: Iterable[str] = GROUPS,
+        capacity: int | None = 1024,
+        buffer_steps: int = 64,
+        hist_bins: int = 40,
+        hist_range: tuple[float, float] | None = None,
+        near_zero: float = 1e-3,
+        check_nonfinite: bool = True,
+        sinks: Iterable[Sink] = (),
+        doctor: bool = False,
+        doctor_every: int = 100,
+    ) -> None:
+        self.options = WatchOptions.build(
+            every=every, train_only=train_only, groups=groups, capacity=capacity, buffer_steps=buffer_steps,
+            hist_bins=hist_bins, hist_range=hist_range, near_zero=near_zero, check_nonfinite=check_nonfinite,
+            doctor=doctor, doctor_every=doctor_every,
+        )  # fmt: skip
+        if model is not None:
+            check_hookable(model, "model")
+        if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"optimizer must be a torch.optim.Optimizer or None, got {type(optimizer).__name__}")
+        self.select = select
+        self.sinks = _check_sinks(sinks)
+        self._model_ref = None if model is None else weakref.ref(model)
+        self._optimizer_ref = None if optimizer is None else weakref.ref(optimizer)
+        self._recorder: Recorder | None = None
+        self._attached = False
+        self._driver: LoopDriver | None = None
+        self._store = SeriesStore(self.options.capacity, self.options.every)
+        self._batches = 0
+        self._optimizer_steps = 0
+        self._step = -1  # the open step (-1: none yet)
+        self._recorded = 0
+        self._first: dict[str, Any] = {"forward": None, "backward": None}
+        self._warned_unobserved = False
+        self._doctor: Any = None
+        self._doctor_at = 0
+        self._meta: dict[str, Any] = {}
+        self._pending_recorder_state: dict[str, Any] | None = None
+
+    # ---- attaching -------------------------------------------------------------------------------------------
+    def attach(self, model: nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None) -> LoopDriver:
+        """Start watching `model` (default: the one given at construction) in a plain loop; return the driver.
+
+        Raises:
+            RuntimeError: this watch is already attached (detach it first).
+            ValueError: no model was given, here or at construction.
+        """
+        if self._attached:
+            raise RuntimeError("watch is already attached to a model; call detach() before attaching it again")
+        model = model if model is not None else _alive(self._model_ref)
+        if model is None:
+            raise ValueError("model must be given to attach() or to watch(model, ...), got None")
+        optimizer = optimizer if optimizer is not None else _alive(self._optimizer_ref)
+        self._driver = LoopDriver([self], model, optimizer, train_only=self.options.train_only)
+        return self._driver
+
+    def detach(self) -> None:
+        """Stop watching: close the open step, flush, remove every hook; calling it again does nothing."""
+        if self._driver is not None:
+            driver, self._driver = self._driver, None
+            driver.detach()
+        elif self._attached:
+            self.on_fit_end()
+
+    def __enter__(self) -> Watch:
+        self.attach()
+        return self
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, traceback: object) -> None:
+        if self._driver is not None:
+            driver, self._driver = self._driver, None
+            driver.detach(exc)
+
+    @property
+    def is_attached(self) -> bool:
+        """Whether the hooks are in place."""
+        return self._attached
+
+    # ---- events ----------------------------------------------------------------------------------------------
+    def on_fit_start(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> None:
+        """Select the modules of `model` and place the hooks (steps count optimizer steps when one is given)."""
+        if self._attached:
+            raise RuntimeError("watch is already attached to a model; call detach() before attaching it again")
+        check_hookable(model, "model")
+        modules = select_modules(model, default_selector if self.select is None else self.select)
+        params = [
+            (normalize_path(f"{path}.{name}" if path else name), p)
+            for path, module in modules
+            for name, p in module.named_parameters(recurse=False)
+            if p.requires_grad
+        ]
+        recorder = self._recorder
+        if recorder is None or not recorder.matches(modules, params):
+            recorder = Recorder(modules, params, self.options)
+            self._store = SeriesStore(self.options.capacity, self.options.every)
+        else:
+            recorder.rebind(modules, params)
+        self._model_ref = weakref.ref(model)
+        self._optimizer_ref = None if optimizer is None else weakref.ref(optimizer)
+        self._meta = watch_meta(model, optimizer, self.options, self.select)
+        self._recorder = recorder
+        apply_recorder_state(self)
+        recorder.register()
+        self._attached = True
+
+    def on_batch_start(self, batch: int) -> None:
+        """Open (or continue) the step this training batch belongs to."""
+        recorder = self._recorder
+        if recorder is None or not self._attached:
+            return
+        self._batches += 1
+        step = self._optimizer_steps if self._optimizer_ref is not None else self._batches - 1
+        if step != self._step or (recorder.open_row < 0 and not recorder.checking):
+            self._begin_step(step)
+        recorder.active = True
+        recorder.row = recorder.open_row
+
+    def on_batch_end(self, batch: int) -> None:
+        """Stop recording forwards until the next training batch."""
+        if self._recorder is not None:
+            self._recorder.active = False
+            self._recorder.row = -1
+
+    def after_backward(self) -> None:
+        """Without an optimizer, take the parameter gradient statistics now."""
+        if self._recorder is not None and self._optimizer_ref is None:
+            self._recorder.record_param_grads()
+
+    def before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Take the parameter gradient statistics and copy the weights (for update ratios)."""
+        if self._recorder is not None and self._is_ours(optimizer):
+            self._recorder.record_param_grads()
+            self._recorder.snapshot()
+
+    def after_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Record update-to-weight ratios and count the step."""
+        if self._recorder is not None and self._is_ours(optimizer):
+            self._recorder.record_ratios()
+            self._optimizer_steps += 1
+
+    def on_fit_end(self, error: BaseException | None = None) -> None:
+        """Close the open step, flush, warn about unobserved modules, remove the hooks, close the sinks."""
+        recorder = self._recorder
+        if recorder is None or not self._attached:
+            return
+        try:
+            self._end_step()
+            self._flush()
+            self._warn_unobserved()
+        finally:
+            recorder.remove()
+            self._attached = False
+            for sink in self.sinks:
+                sink.close()
+
+    def log_loss(self, loss: torch.Tensor | float) -> None:
+        """Record the loss of the current step on the device (averaged when logged several times in a step)."""
+        if self._recorder is not None:
+            self._recorder.log_loss(loss)
+
+    def _is_ours(self, optimizer: torch.optim.Optimizer) -> bool:
+        return self._optimizer_ref is None or self._optimizer_ref() is optimizer
+
+    # ---- steps -----------------------------------------------------------------------------------------------
+    def _begin_step(self, step: int) -> None:
+        self._end_step()
+        recorder = self._recorder
+        if recorder is None:
+            return
+        self._step = step
+        if self._store.records(step):
+            if recorder.buffers.is_full:
+                self._flush()
+            recorder.open_row = recorder.buffers.new_row(step)
+            self._recorded += 1
+        else:
+            recorder.checking = self.options.check_nonfinite
+
+    def _end_step(self) -> None:
+        recorder = self._recorder
+        if recorder is None or (recorder.open_row < 0 and not recorder.checking):
+            return
+        if recorder.checking:
+            recorder.fold_flags(self._step)
+        was_recorded = recorder.open_row >= 0
+        recorder.open_row = recorder.row = -1
+        recorder.checking = False
+        if was_recorded:
+            self._warn_unobserved()
+            if self.options.doctor and self._recorded - self._doctor_at >= self.options.doctor_every:
+                self._run_doctor()
+
+    def _flush(self) -> None:
+        """Move the closed steps' rows to the host store (one transfer) and hand them to the sinks."""
+        recorder = self._recorder
+        if recorder is None:
+            return
+        stop = recorder.open_row if recorder.open_row >= 0 else None
+        chunk = recorder.buffers.take(stop)
+        if chunk is None:
+            return
+        orders = (recorder.forward_order, recorder.backward_order)
+        self._first = merge_first(self._first, first_nonfinite(chunk, recorder.paths, orders))
+        kept = self._store.add(chunk)
+        if self.sinks and len(kept):
+            block = build_results(kept, recorder.paths, recorder.kinds, recorder.param_names, self.options.groups)
+            block.hist_edges = collect_extras(recorder, hist_only=True).hist_edges
+            for sink in self.sinks:
+                sink.write(block)
+
+    # ---- reading ---------------------------------------------------------------------------------------------
+    def results(self) -> WatchResults:
+        """Return everything collected so far as `WatchResults` (flushes the device buffers: one transfer)."""
+        recorder = self._recorder
+        if recorder is None:
+            return WatchResults(meta=dict(self._meta))
+        self._flush()
+        table = self._store.table()
+        results = build_results(table, recorder.paths, recorder.kinds, recorder.param_names, self.options.groups)
+        extras = collect_extras(recorder, model=_alive(self._model_ref))
+        results.hist_edges = extras.hist_edges
+        results.histograms = {p: h for p, h in results.histograms.items() if p in extras.hist_edges}
+        results.unit_activity = extras.unit_activity
+        results.identical_units = extras.identical_units
+        results.unobserved = extras.unobserved
+        results.execution_order = [recorder.paths[i] for i in recorder.forward_order]
+        orders = (recorder.forward_order, recorder.backward_order)
+        flagged = {} if recorder.first is None else first_from_flags(recorder.first, recorder.paths, orders)
+        results.first_nonfinite = merge_first(self._first, flagged)
+        results.dropped = {**recorder.dropped, **({"capacity": self._store.dropped} if self._store.dropped else {})}
+        results.meta = {**self._meta, "recorded_steps": self._recorded, "stride": self._store.stride}
+        return results
+
+    def to_dataframe(self) -> Any:
+        """`results().to_dataframe()`: long-format rows (needs pandas)."""
+        return self.results().to_dataframe()
+
+    def save(self, path: Any) -> Any:
+        """`results().save(path)`: write the results atomically (safetensors + JSON); return the path."""
+        return self.results().save(path)
+
+    # ---- warnings and the doctor -----------------------------------------------------------------------------
+    def _warn_unobserved(self) -> None:
+        if self._warned_unobserved or self._recorder is None or self._recorded == 0:
+            return
+        self._warned_unobserved = True
+        unobserved = collect_extras(self._recorder, model=_alive(self._model_ref), unobserved_only=True).unobserved
+        if unobserved:
+            listing = "; ".join(f"{path!r}: {reason}" for path, reason in unobserved.items())
+            warnings.warn(
+                f"watch(): {len(unobserved)} selected module(s) never ran during a training step, so nothing is "
+                f"recorded for them (see results().unobserved): {listing}",
+                UnobservedModuleWarning,
+                stacklevel=2,
+            )
+
+    def _run_doctor(self) -> None:
+        self._doctor_at = self._recorded
+        if self._doctor is None:
+            try:
+                from ..doctor import LiveDoctor
+            except ImportError:  # the doctor is an optional part: watch works without it
+                self.options = _without_doctor(self.options)
+                return
+            self._doctor = LiveDoctor()
+        self._doctor.update(self.results(), warn=True, stacklevel=3)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Counters and kept steps, to resume a run (`load_state_dict`); flushes the device buffers."""
+        return watch_state(self)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore counters and kept steps from `state_dict` (call before training resumes).
+
+        Raises:
+            ValueError: `state` is not a watch state dict of this version.
+        """
+        load_watch_state(self, state)
+
+
+def watch(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+    *,
+    select: Selector = None,
+    every: int = 1,
+    train_only: bool = True,
+    groups: Iterable[str] = GROUPS,
+    capacity: int | None = 1024,
+    buffer_steps: int = 64,
+    hist_bins: int = 40,
+    hist_range: tuple[float, float] | None = None,
+    near_zero: float = 1e-3,
+    check_nonfinite: bool = True,
+    sinks: Iterable[Sink] = (),
+    doctor: bool = False,
+    doctor_every: int = 100,
+) -> Watch:
+    """Monitor `model` while it trains: use as `with watch(model, opt) as w: <train>`, then `w.results()`.
+
+    For the modules `select` picks, records per step: activation statistics of each output (`ACTIVATION_STATS`:
+    mean, std, RMS, min/max, near-zero fraction, non-finite count, saturation) and a histogram; the gradient
+    norm and non-finite count of each output and of each parameter (`GRAD_STATS`); given the optimizer, the
+    update-to-weight ratio of each parameter; the loss when `log_loss` is called. Also the activity of each unit
+    (fraction > 0), units with identical weights, and where values first became non-finite (forward and
+    backward, with the step) -- kept on the device, so no host sync per step. Statistics stay in device buffers
+    and move to the host every `buffer_steps` recorded steps, when read, and at the end.
+
+    A step is one training-mode forward of `model` (the root), or one optimizer step when `optimizer` is given
+    (forwards of gradient accumulation then merge into one step). Modules selected but never run in a step are
+    listed in `results().unobserved` with advice, and warned about once.
+
+    Args:
+        model: The model to watch.
+        optimizer: Its optimizer: steps count its steps, update ratios are recorded.
+        select: Which modules (a `hookscope.hooks` selector); default: modules with parameters of their own and
+            activation modules (`ACTIVATION_TYPES`).
+        every: Record one step in `every`.
+        train_only: Record training-mode forwards only (`False`: eval-mode forwards are steps too).
+        groups: What to collect, from `GROUPS` (default: all).
+        capacity: The most recorded steps kept on the host (`None`: all). When full, every other step is dropped
+            (`dropped["capacity"]`) and the recording rate halves, so the series span the whole run.
+        buffer_steps: Recorded steps held on the device between two transfers.
+        hist_bins: Histogram bins.
+        hist_range: `(low, high)` of the histograms; `None`: symmetric, from each module's first record.
+        near_zero: The `near_zero` statistic counts values with `|x| <= near_zero`.
+        check_nonfinite: Also check the steps `every` skips for non-finite outputs and gradients (one pass per
+            output; the recorded steps are always checked).
+        sinks: Where to send each flushed block of steps (`CSVSink`, `JSONLSink`, `TensorBoardSink`).
+        doctor: Run `hookscope.doctor` every `doctor_every` recorded steps and warn once per finding.
+        doctor_every: See `doctor`.
+
+    Returns:
+        The `Watch` (not attached yet: `with` or `attach()` attaches it).
+
+    Raises:
+        ValueError: an option is out of range.
+        TypeError: `model` is not an `nn.Module` (or is a TorchScript module), a sink lacks `write`/`close`.
+
+    Example:
+        >>> import torch, torch.nn as nn
+        >>> model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+        >>> opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        >>> with watch(model, opt) as w:
+        ...     for _ in range(3):
+        ...         loss = model(torch.randn(16, 4)).pow(2).mean()
+        ...         w.log_loss(loss)
+        ...         loss.backward(); opt.step(); opt.zero_grad()
+        >>> r = w.results()
+        >>> r.steps.tolist(), list(r.layers), sorted(r.activations["0"])[:3]
+        ([0, 1, 2], ['0', '1', '2'], ['max', 'mean', 'min'])
+    """
+    return Watch(
+        model, optimizer, select=select, every=every, train_only=train_only, groups=groups, capacity=capacity,
+        buffer_steps=buffer_steps, hist_bins=hist_bins, hist_range=hist_range, near_zero=near_zero,
+        check_nonfinite=check_nonfinite, sinks=sinks, doctor=doctor, doctor_every=doctor_every,
+    )  # fmt: skip
+
+
+def _alive(ref: weakref.ref[Any] | None) -> Any:
+    return None if ref is None else ref()
+
+
+def _check_sinks(sinks: Iterable[Sink]) -> list[Sink]:
+    chosen = list(sinks)
+    for sink in chosen:
+        if not (callable(getattr(sink, "write", None)) and callable(getattr(sink, "close", None))):
+            raise TypeError(
+                f"sinks must have write(results) and close() methods (CSVSink, JSONLSink, TensorBoardSink), got "
+                f"{type(sink).__name__}"
+            )
+    return chosen
+
+
+def _without_doctor(options: WatchOptions) -> WatchOptions:
+    from dataclasses import replace
+
+    return replace(options, doctor=False)
