@@ -1,7 +1,12 @@
-"""Golden files for summary text: compare by default, rewrite with `pytest tests/summary --update-golden`."""
+"""Golden files for summary text: compare by default, rewrite with `pytest tests/summary --update-golden`.
+
+pytest reads options only from the conftest files of the paths on its command line, so the flag works when
+`tests/summary` (or a file in it) is named; `HOOKSCOPE_UPDATE_GOLDEN=1 pytest` does the same from anywhere.
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,6 +23,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def golden(request: pytest.FixtureRequest) -> Callable[[str, str], None]:
     """Return `check(name, text)`: assert `text` equals golden/<name>.txt, or rewrite it with --update-golden."""
     update = bool(request.config.getoption("--update-golden", default=False))
+    update = update or os.environ.get("HOOKSCOPE_UPDATE_GOLDEN", "") not in ("", "0")
 
     def check(name: str, text: str) -> None:
         path = GOLDEN / f"{name}.txt"

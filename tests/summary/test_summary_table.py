@@ -20,7 +20,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 import hookscope.hooks as hooks
-from hookscope.summary import ModelSummary, summary
+from hookscope.summary import ModelSummary, format_bytes, format_flops, summary
 
 
 def hook_counts(model: nn.Module) -> list[int]:
@@ -354,3 +354,25 @@ def test_empty_container_and_parameterless_model_are_rows() -> None:
     assert [row.path for row in s.rows] == ["", "0", "1"] and s["1"].calls == 1 and s["1"].output_shape == (1, 2)
     empty = summary(nn.ReLU(), input_size=(3,))
     assert (empty.total_params, empty.total_flops, empty[""].trainable) == (0, 0, False)
+
+
+class Functional(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(6, 4)
+        self.table = nn.Parameter(torch.zeros(4, 9))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x) @ self.table  # a functional matmul in the root's own code
+
+
+def test_functional_ops_count_as_the_callers_self_flops() -> None:
+    s = summary(Functional(), input_size=(5, 6))
+    assert s["proj"].flops == 2 * 5 * 6 * 4
+    assert s[""].self_flops == 2 * 5 * 4 * 9 and s.total_flops == 2 * 5 * 6 * 4 + 2 * 5 * 4 * 9
+    assert s[""].own_params == 36 and s[""].params == 36 + 28
+
+
+def test_number_formats() -> None:
+    assert [format_flops(n) for n in (0, 950, 1234, 4_560_000_000)] == ["0", "950", "1.23K", "4.56G"]
+    assert [format_bytes(n) for n in (0, 512, 1234, 5_000_000)] == ["0 B", "512 B", "1.23 kB", "5.00 MB"]

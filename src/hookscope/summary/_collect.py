@@ -56,7 +56,6 @@ class ForwardRun:
     output: Any
     calls: list[CallRecord]
     total_flops: int
-    flop_counts: dict[str, dict[Any, int]]
 
 
 class _Recorder:
@@ -140,8 +139,7 @@ def run_forward(
         except Exception as err:
             raise RuntimeError(recorder.failure(model, err)) from err
     total = counter.get_total_flops() if counter is not None else 0
-    counts = counter.get_flop_counts() if counter is not None else {}
-    return ForwardRun(output, recorder.calls, int(total), counts)
+    return ForwardRun(output, recorder.calls, int(total))
 
 
 @contextmanager
