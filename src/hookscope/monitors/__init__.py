@@ -1,0 +1,30 @@
+"""Monitors: where (a module, or many through a selector) + what (input, output, attribute, change, gradient)
++ a reducer (`hookscope.reducers`) that keeps bounded state over time.
+
+`Monitor` (in `_base.py`) holds the common arguments, as inferno's: `reducer`, `module`, `train_update`,
+`eval_update`, `prepend`, `filter_`, `map_`; it registers its hooks through `hookscope.hooks`, so the registry
+lists them and `deregister()` or leaving a `with` block removes exactly those. `_forward.py` holds
+`InputMonitor`, `OutputMonitor`, `StateMonitor` and `DifferenceMonitor`; `_grad.py` the gradient monitors
+(`OutputGradMonitor` on tensor hooks of the outputs, `ParameterGradMonitor` on post-accumulate-grad hooks).
+Every class has `partialconstructor(...)` returning `(attr, module) -> Monitor`, which `MonitorPool` (`_pool.py`)
+calls for each module a selector picks, keyed by normalized path. Monitors and pools persist through
+`state_dict()` and `save(path)` (safetensors + JSON, atomic), and resume exactly.
+"""
+
+from ._base import COUNTERS, Monitor, MonitorConstructor
+from ._forward import DifferenceMonitor, InputMonitor, OutputMonitor, StateMonitor
+from ._grad import OutputGradMonitor, ParameterGradMonitor
+from ._pool import MonitorPool
+
+__all__ = [
+    "COUNTERS",
+    "DifferenceMonitor",
+    "InputMonitor",
+    "Monitor",
+    "MonitorConstructor",
+    "MonitorPool",
+    "OutputGradMonitor",
+    "OutputMonitor",
+    "ParameterGradMonitor",
+    "StateMonitor",
+]

@@ -1,0 +1,333 @@
+"""The monitor base: where (one module), when (train/eval gating), what (filter_, map_) and a reducer.
+
+A monitor holds its module through a weak reference and places its hooks through `hookscope.hooks`, so the
+registry lists them and `deregister()` (or leaving a `with` block) removes exactly those. Hooks are
+`_MonitorHook` objects: a deep copy or a pickle of the model (EMA teachers, `torch.save(model)`) gets inert
+hooks instead of a second writer into this monitor's reducer.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import threading
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+import torch.nn as nn
+
+from .._errors import closest_names
+from ..hooks import HookHandle, check_hookable, register_module_hook, tensor_leaves
+from ..reducers import Reducer
+from ..reducers._state import load_state, save_state
+
+__all__ = ["COUNTERS", "TAG", "Monitor", "MonitorConstructor"]
+
+TAG = "hookscope.monitor"
+COUNTERS = ("recorded", "filtered", "gated", "incomplete")
+MonitorT = TypeVar("MonitorT", bound="Monitor")
+MonitorConstructor = Callable[[str, nn.Module], "Monitor"]
+
+
+class _InertHook:
+    """What a monitor hook becomes in a deep copy or an unpickled model: a hook that does nothing."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+class _MonitorHook:
+    """A hook that forwards to a monitor; copies and pickles of it are `_InertHook`s."""
+
+    __slots__ = ("callback",)
+
+    def __init__(self, callback: Callable[..., None]) -> None:
+        self.callback = callback
+
+    def __call__(self, *args: Any) -> None:
+        self.callback(*args)
+
+    def __reduce__(self) -> tuple[type[_InertHook], tuple[()]]:
+        return (_InertHook, ())
+
+
+class Monitor:
+    """Record what happens at one module into a reducer, through hooks; base of every monitor.
+
+    Args:
+        reducer: Where observations go (each monitor owns its reducer).
+        module: The module to watch; `None` to `register(module)` later.
+        train_update: Record while the module is in train mode.
+        eval_update: Record while the module is in eval mode.
+        prepend: Run before the hooks already on the module.
+        filter_: `filter_(observation) -> bool`; `False` skips the observation (counted in `counts["filtered"]`).
+        map_: `map_(observation) -> tensor or tuple of tensors`, pushed into the reducer.
+
+    Every hook call that reaches the module either records, or is counted in `counts` as filtered, gated
+    (train/eval) or incomplete (the forward raised). A failure inside `filter_`, `map_` or the reducer is
+    re-raised as a `RuntimeError` naming the monitor and the module path.
+
+    Raises:
+        TypeError: `reducer` is not a `Reducer`, or a flag is not a bool.
+    """
+
+    def __init__(
+        self,
+        reducer: Reducer,
+        module: nn.Module | None = None,
+        train_update: bool = True,
+        eval_update: bool = True,
+        prepend: bool = False,
+        filter_: Callable[..., bool] | None = None,
+        map_: Callable[..., Any] | None = None,
+    ) -> None:
+        if not isinstance(reducer, Reducer):
+            raise TypeError(f"reducer must be a hookscope Reducer, got {type(reducer).__name__}")
+        for name, flag in (("train_update", train_update), ("eval_update", eval_update), ("prepend", prepend)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be a bool, got {flag!r}")
+        self.reducer = reducer
+        self.train_update, self.eval_update, self.prepend = train_update, eval_update, prepend
+        self.filter_ = filter_ if filter_ is not None else self._default_filter
+        self.map_ = map_ if map_ is not None else self._default_map
+        self._module: weakref.ref[nn.Module] | None = None
+        self._handles: list[HookHandle] = []
+        self._path: str | None = None
+        self._counts = dict.fromkeys(COUNTERS, 0)
+        self._lock = threading.Lock()
+        if module is not None:
+            self.register(module)
+
+    # ----------------------------------------------------------------- registration
+    @property
+    def module(self) -> nn.Module | None:
+        """The module watched (or last watched); `None` when there is none or it was freed."""
+        return None if self._module is None else self._module()
+
+    @property
+    def is_registered(self) -> bool:
+        """Whether the monitor's hooks are in place on a module that is still alive."""
+        return self.module is not None and any(not handle.is_removed for handle in self._handles)
+
+    @property
+    def path(self) -> str | None:
+        """The module path the hooks are listed under (set by `MonitorPool`)."""
+        return self._path
+
+    @path.setter
+    def path(self, value: str | None) -> None:
+        self._path = value
+        for handle in self._handles:
+            handle.path = value
+
+    def register(self: MonitorT, module: nn.Module | None = None) -> MonitorT:
+        """Place the hooks on `module` (or on the module last registered) and return `self`.
+
+        Registering on the module already watched does nothing; on another module, the monitor moves there.
+
+        Raises:
+            RuntimeError: no module is given and none was registered before (or it was freed).
+            TypeError: `module` is not an `nn.Module`, or is a TorchScript module.
+        """
+        target = module if module is not None else self.module
+        if target is None:
+            raise RuntimeError(
+                f"{type(self).__name__}.register() needs a module: none was registered before (or it was freed); "
+                "call register(module)"
+            )
+        check_hookable(target)
+        if self.is_registered and target is self.module:
+            return self
+        self._check_target(target)
+        self.deregister()
+        self._module = weakref.ref(target)
+        self._handles = self._attach(target)
+        return self
+
+    def deregister(self) -> None:
+        """Remove the hooks; calling it again does nothing. The state is kept."""
+        handles, self._handles = self._handles, []
+        for handle in reversed(handles):
+            handle.remove()
+
+    def attach(self: MonitorT, module: nn.Module | None = None) -> MonitorT:
+        """Same as `register(module)`."""
+        return self.register(module)
+
+    def detach(self) -> None:
+        """Same as `deregister()`."""
+        self.deregister()
+
+    def __enter__(self: MonitorT) -> MonitorT:
+        return self if self.is_registered else self.register()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.deregister()
+
+    # ----------------------------------------------------------------- reading
+    @property
+    def counts(self) -> dict[str, int]:
+        """How many observations were recorded, filtered out, gated by train/eval mode, or left incomplete."""
+        return dict(self._counts)
+
+    def peek(self) -> Any:
+        """Return the reducer's current value."""
+        return self.reducer.peek()
+
+    def dump(self) -> Any:
+        """Return everything the reducer kept."""
+        return self.reducer.dump()
+
+    def view(self, step: int) -> Any:
+        """Return the reducer's value as of push `step`."""
+        return self.reducer.view(step)
+
+    def clear(self, **kwargs: Any) -> None:
+        """Clear the monitor's state and re-initialize its reducer (`kwargs` go to `reducer.clear`)."""
+        with self._lock:
+            self._counts = dict.fromkeys(COUNTERS, 0)
+            self._clear_pending()
+        self.reducer.clear(**kwargs)
+
+    # ----------------------------------------------------------------- persistence
+    def state_dict(self) -> dict[str, Any]:
+        """Return the counters and the reducer's state."""
+        with self._lock:
+            counts = dict(self._counts)
+        return {"type": type(self).__name__, "counts": counts, "reducer": self.reducer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what `state_dict()` returned, so that recording continues where it stopped.
+
+        Raises:
+            ValueError: `state` comes from another monitor type, or from another reducer type or config.
+        """
+        if state.get("type") != type(self).__name__:
+            raise ValueError(
+                f"state must come from a {type(self).__name__}, got one from {state.get('type')!r}; build the same "
+                "monitor type before loading"
+            )
+        self.reducer.load_state_dict(state["reducer"])
+        with self._lock:
+            self._counts = {name: int(state["counts"].get(name, 0)) for name in COUNTERS}
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the state atomically to `path` (safetensors + JSON) and return the path."""
+        return save_state(path, self.state_dict(), kind="monitor")
+
+    def load(self, path: str | os.PathLike[str]) -> None:
+        """Restore the state `save(path)` wrote (never unpickles)."""
+        self.load_state_dict(load_state(path, kind="monitor"))
+
+    # ----------------------------------------------------------------- for subclasses
+    def _attach(self, module: nn.Module) -> list[HookHandle]:
+        raise NotImplementedError
+
+    def _check_target(self, module: nn.Module) -> None:
+        """Raise early for a module this monitor cannot watch."""
+
+    def _clear_pending(self) -> None:
+        """Forget per-call state (values waiting for their forward to end)."""
+
+    def _default_filter(self, *observation: Any) -> bool:
+        return any(True for _ in tensor_leaves(observation))
+
+    def _default_map(self, *observation: Any) -> Any:
+        return tuple(tensor for _, tensor in tensor_leaves(observation))
+
+    def _hook(self, module: nn.Module, kind: str, callback: Callable[..., None], **options: Any) -> HookHandle:
+        return register_module_hook(
+            module, kind, _MonitorHook(callback), owner=self, path=self._path, tags=(TAG,), prepend=self.prepend,
+            **options,
+        )  # fmt: skip
+
+    def _admits(self, module: nn.Module) -> bool:
+        """Whether a hook call on `module` should record: the watched module (not a copy) in an allowed mode."""
+        if self._module is None or module is not self._module():
+            return False
+        if self.train_update if module.training else self.eval_update:
+            return True
+        self._bump("gated")
+        return False
+
+    def _bump(self, counter: str) -> None:
+        with self._lock:
+            self._counts[counter] += 1
+
+    def _record(self, *observation: Any) -> None:
+        """Filter, map and push one observation, counting what happened."""
+        try:
+            if not self.filter_(*observation):
+                self._bump("filtered")
+                return
+            mapped = self.map_(*observation)
+            tensors = tuple(mapped) if isinstance(mapped, (tuple, list)) else (mapped,)
+            with self._lock:
+                self.reducer.push(*tensors)
+                self._counts["recorded"] += 1
+        except Exception as err:
+            raise RuntimeError(f"{self!r} failed to record an observation: {err}") from err
+
+    def __repr__(self) -> str:
+        module = self.module
+        target = "None" if module is None else type(module).__name__
+        state = "registered" if self.is_registered else "not registered"
+        return f"{type(self).__name__}(reducer={self.reducer!r}, module={target}, path={self._path!r}, {state})"
+
+
+def resolve(root: object, attr: str) -> Any:
+    """Return the (dotted) attribute `attr` of `root`."""
+    value = root
+    for name in attr.split("."):
+        value = getattr(value, name)
+    return value
+
+
+def check_attribute(module: nn.Module, attr: object) -> None:
+    """Raise unless the dotted attribute `attr` exists on `module`, naming the closest attributes.
+
+    Raises:
+        TypeError: `attr` is not a string.
+        ValueError: the attribute does not exist.
+    """
+    if not isinstance(attr, str) or not attr:
+        raise TypeError(f"attr must be a non-empty (dotted) attribute name, got {attr!r}")
+    try:
+        resolve(module, attr)
+    except AttributeError:
+        names = [name for name, _ in module.named_parameters()] + [name for name, _ in module.named_buffers()]
+        names += [name for name in vars(module) if not name.startswith("_")]
+        close = closest_names(attr, names)
+        hint = f" Closest: {', '.join(repr(c) for c in close)}." if close else ""
+        raise ValueError(f"attr must name an attribute of the {type(module).__name__}, got {attr!r}.{hint}") from None
+
+
+def submodule(module: nn.Module, attr: str) -> nn.Module:
+    """Return the submodule at dotted path `attr` of `module` (`module` itself for `""`).
+
+    Raises:
+        ValueError: there is no such submodule (the message lists the closest paths).
+    """
+    if not attr:
+        return module
+    try:
+        return module.get_submodule(attr)
+    except AttributeError:
+        close = closest_names(attr, [name for name, _ in module.named_modules() if name])
+        hint = f" Closest: {', '.join(repr(c) for c in close)}." if close else ""
+        raise ValueError(f"attr must name a submodule of the {type(module).__name__}, got {attr!r}.{hint}") from None
+
+
+def own_copy(reducer: Reducer) -> Reducer:
+    """Return a copy of `reducer` for one monitor built by a partial constructor."""
+    return copy.deepcopy(reducer)
+
+
+def as_tensors(value: Any) -> tuple[torch.Tensor, ...]:
+    """Return the tensors of `value` (numbers become 0-d tensors), for pushing into a reducer."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (torch.as_tensor(value),)
+    return tuple(tensor for _, tensor in tensor_leaves(value))
