@@ -25,6 +25,17 @@ from .hooks import (
     scope,
     select_modules,
 )
+from .summary import (
+    ModelSummary,
+    dummy_eval,
+    has_params,
+    layer_info,
+    model_sizes,
+    module_summary,
+    num_features_model,
+    summary,
+    total_params,
+)
 
 __version__ = "0.1.0"
 
@@ -35,13 +46,20 @@ __all__ = [
     "HookInfo",
     "Hooks",
     "HookscopeWarning",
+    "ModelSummary",
     "UnobservedModuleWarning",
     "__version__",
+    "dummy_eval",
+    "has_params",
     "hook_output",
     "hook_outputs",
+    "layer_info",
     "list_hooks",
+    "model_sizes",
+    "module_summary",
     "named_modules",
     "normalize_path",
+    "num_features_model",
     "register_global_module_hook",
     "register_global_optimizer_hook",
     "register_module_hook",
@@ -52,4 +70,6 @@ __all__ = [
     "remove_hooks",
     "scope",
     "select_modules",
+    "summary",
+    "total_params",
 ]
