@@ -1,0 +1,35 @@
+"""Diagnosis: what is wrong with a training run, at which layer, since which step, and what to do about it.
+
+`diagnose(results)` runs pure checks over the `WatchResults` that `watch()` collected (`hookscope.watch`) and
+returns ranked `Finding`s (check, severity, layer path, step, evidence, advice); `format_findings` prints them
+as a short list, first in the report. Built-in checks: non-finite values with provenance (`_nonfinite.py`),
+exploding/vanishing gradients across depth and over steps (`_gradients.py`), learning rate too high/low from
+update-to-weight ratios (`_learning_rate.py`), dead ReLU units, saturated tanh/sigmoid outputs and unbroken
+symmetry (`_units.py`), bad initialization at step 0 and unobserved layers (`_init.py`). Every number they
+compare against is a field of `Thresholds`; `register_check(name, fn)` adds a check, `diagnose(checks=...,
+disable=...)` picks them per call. `LiveDoctor` re-diagnoses periodically during training and returns (or
+warns about) each finding once: it is what `watch(..., doctor=True)` drives. Nothing here registers hooks or
+touches a device: it reads CPU tensors already collected.
+"""
+
+from ._diagnose import Check, diagnose, list_checks, register_check, unregister_check
+from ._finding import SEVERITIES, DiagnosisWarning, Finding, Severity, format_findings
+from ._live import LiveDoctor
+from ._thresholds import Thresholds
+from ._units import RELU_FAMILY
+
+__all__ = [
+    "RELU_FAMILY",
+    "SEVERITIES",
+    "Check",
+    "DiagnosisWarning",
+    "Finding",
+    "LiveDoctor",
+    "Severity",
+    "Thresholds",
+    "diagnose",
+    "format_findings",
+    "list_checks",
+    "register_check",
+    "unregister_check",
+]

@@ -1,0 +1,106 @@
+"""`Thresholds`: every number the built-in checks compare against, named, documented and validated."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .._errors import closest_names
+
+__all__ = ["Thresholds"]
+
+_FRACTIONS = ("lr_layer_fraction", "dead_unit_fraction", "saturation_fraction", "identical_unit_fraction")
+_COUNTS = ("window",)
+_RATIOS = ("grad_depth_ratio", "grad_step_ratio", "init_std_change")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The thresholds of the built-in checks; pass overrides to `diagnose(..., name=value)` or build one.
+
+    Defaults are chosen so that a healthy small model trained normally raises no warning (see the tests) while
+    each planted fault does. "Orders of magnitude" in the issue became 1e3 (three decades).
+
+    Attributes:
+        window: recorded steps a condition must hold for (as a median over consecutive recorded steps) before it
+            is reported, and the number of first recorded steps that form a baseline; single noisy steps are
+            ignored. Runs shorter than `window` use all their steps.
+        grad_depth_ratio: output-gradient norms of a layer this many times larger (exploding) or smaller
+            (vanishing) than those of the last layer (the one nearest the loss), at the same step.
+        grad_step_ratio: a layer's gradient norm this many times larger (exploding) or smaller (vanishing)
+            than its own median over the first `window` recorded steps. Vanishing over steps is only reported
+            when the loss was logged and has stalled (see `stalled_loss_fraction`): shrinking gradients are
+            what convergence looks like.
+        stalled_loss_fraction: the loss counts as stalled while it is above this fraction of its median over
+            the first `window` recorded steps.
+        lr_high_ratio: update-to-weight ratio `||dW|| / ||W||` at or above which one optimizer step is too big
+            (a tenth of the weight rewritten per step; the usual guide is ~1e-3, this is two decades above).
+        lr_low_ratio: median update-to-weight ratio at or below which the steps are too small to learn (two
+            decades below ~1e-3). Adam moves each weight by about `lr`, so this flags Adam only below ~1e-6.
+        lr_layer_fraction: the share of weight tensors (biases and never-updated tensors left out) that must
+            be past `lr_high_ratio` at one recorded step, or past `lr_low_ratio` as a median, for the learning
+            rate (global) to be blamed.
+        dead_unit_fraction: the share of a ReLU-family layer's units that were never > 0 over all recorded
+            steps at which the layer is reported.
+        saturation_fraction: the share of a tanh/sigmoid-family output within 1% of its bounds (the
+            `saturated` statistic) at which the layer is reported.
+        identical_unit_fraction: the share of a layer's output units identical to another unit (read from the
+            weights) at which symmetry counts as not broken (an error when every unit is identical).
+        init_std_change: at step 0, activation std falling (collapse) from the largest std of the layers before
+            it, or rising (blow-up) from the smallest, by this factor. A collapse must build up over layers (the
+            layer before had already fallen by the square root of the factor), so a single deliberately small
+            layer such as a small-init head is not blamed. Normalization and softmax layers rescale by design:
+            they restart the comparison.
+    """
+
+    window: int = 3
+    grad_depth_ratio: float = 1e3
+    grad_step_ratio: float = 1e3
+    stalled_loss_fraction: float = 0.5
+    lr_high_ratio: float = 1e-1
+    lr_low_ratio: float = 1e-5
+    lr_layer_fraction: float = 0.5
+    dead_unit_fraction: float = 0.5
+    saturation_fraction: float = 0.5
+    identical_unit_fraction: float = 0.1
+    init_std_change: float = 1e3
+
+    def __post_init__(self) -> None:
+        for name in _COUNTS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        for item in dataclasses.fields(self):
+            value = getattr(self, item.name)
+            if item.name in _COUNTS:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+                raise ValueError(f"{item.name} must be a finite number > 0, got {value!r}")
+        for name in (*_FRACTIONS, "stalled_loss_fraction"):
+            if getattr(self, name) > 1:
+                raise ValueError(f"{name} must be a fraction in (0, 1], got {getattr(self, name)!r}")
+        for name in _RATIOS:
+            if getattr(self, name) <= 1:
+                raise ValueError(f"{name} must be a factor > 1, got {getattr(self, name)!r}")
+        if self.lr_low_ratio >= self.lr_high_ratio:
+            raise ValueError(
+                f"lr_low_ratio must be below lr_high_ratio, got {self.lr_low_ratio!r} >= {self.lr_high_ratio!r}"
+            )
+
+    def replace(self, **overrides: Any) -> Thresholds:
+        """Return a copy with some thresholds changed (validated).
+
+        Raises:
+            ValueError: a name is not a threshold (the closest names are listed) or a value is out of range.
+        """
+        names = [item.name for item in dataclasses.fields(self)]
+        for name in overrides:
+            if name not in names:
+                close = ", ".join(repr(c) for c in closest_names(name, names, n=3))
+                raise ValueError(
+                    f"threshold names must be fields of Thresholds, got {name!r}."
+                    f" Closest: {close or 'none'}. All: {', '.join(names)}."
+                )
+        return dataclasses.replace(self, **overrides)

@@ -1,0 +1,154 @@
+"""Each check on small results built by hand: the edges of its rules, where a training run would be too slow."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from hookscope.doctor import Finding, diagnose
+from hookscope.watch import WatchResults
+
+
+def series(*values: float) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float32)
+
+
+def results_with(steps: int, **fields: object) -> WatchResults:
+    return WatchResults(steps=torch.arange(steps), **fields)  # type: ignore[arg-type]
+
+
+def only(findings: list[Finding], check: str) -> list[Finding]:
+    return [f for f in findings if f.check == check]
+
+
+def grads(**norms: list[float]) -> dict[str, dict[str, torch.Tensor]]:
+    return {path: {"norm": series(*v), "nonfinite": torch.zeros(len(v))} for path, v in norms.items()}
+
+
+def test_gradients_growing_three_decades_over_steps_explode_at_the_layer_that_grew_most() -> None:
+    slower = [1.0, 1.0, 1.0, 1.0, 10.0, 20.0, 50.0, 100.0]  # so that no depth ratio passes 1e3
+    growing = [1.0, 1.0, 1.0, 10.0, 1e2, 2e3, 5e3, 1e4]
+    results = results_with(8, layers={"a": "Linear", "b": "Linear"}, output_grads=grads(a=growing, b=slower))
+    (found,) = only(diagnose(results), "exploding_gradients")
+    # the median over steps 4..6 (1e2, 2e3, 5e3) is the first window past 1e3x the start (1.0)
+    assert (found.path, found.step, found.evidence["across"], found.evidence["ratio"]) == ("a", 4, "steps", 2e3)
+
+
+def test_one_spike_is_not_a_trend() -> None:
+    spiky = [1.0, 1.0, 1.0, 1.0, 1e5, 1.0, 1.0]
+    results = results_with(7, layers={"a": "Linear"}, output_grads=grads(a=spiky))
+    assert diagnose(results, checks=["exploding_gradients"]) == []
+    assert only(diagnose(results, window=1), "exploding_gradients")[0].step == 4
+
+
+def test_shrinking_gradients_are_vanishing_only_while_the_loss_stalls() -> None:
+    shrinking = [1.0, 1.0, 1.0, 1e-2, 1e-4, 1e-4, 1e-4]
+    layers = {"a": "Linear", "b": "Linear"}
+    converging = results_with(7, layers=layers, output_grads=grads(a=shrinking, b=shrinking), losses=series(*shrinking))
+    assert only(diagnose(converging), "vanishing_gradients") == []
+    stalled = results_with(7, layers=layers, output_grads=grads(a=shrinking, b=shrinking), losses=series(*[2.0] * 7))
+    (found,) = only(diagnose(stalled), "vanishing_gradients")
+    assert (found.path, found.step, found.evidence["across"]) == ("a", 3, "steps")
+    unknown = results_with(7, layers=layers, output_grads=grads(a=shrinking, b=shrinking))
+    assert only(diagnose(unknown), "vanishing_gradients") == []  # no loss: cannot tell from convergence
+
+
+def test_parameter_gradients_stand_in_when_output_gradients_were_not_recorded() -> None:
+    params = {
+        "a.weight": {"norm": series(3e-4, 3e-4, 3e-4)},
+        "a.bias": {"norm": series(4e-4, 4e-4, 4e-4)},  # combined with the weight: 5e-4
+        "b.weight": {"norm": series(1.0, 1.0, 1.0)},
+    }
+    results = results_with(3, layers={"a": "Linear", "b": "Linear"}, param_grads=params)
+    (found,) = only(diagnose(results), "vanishing_gradients")
+    assert found.path == "a" and found.evidence["ratio"] == pytest.approx(5e-4)
+
+
+def ratios(**values: list[float]) -> dict[str, torch.Tensor]:
+    return {name: series(*v) for name, v in values.items()}
+
+
+def test_learning_rate_reads_weights_only_and_skips_frozen_tensors_and_skipped_steps() -> None:
+    update = ratios(**{"a.weight": [0.2, 1e-3], "a.bias": [1.0, 1.0], "b.weight": [0.3, 1e-3], "c.weight": [0.0, 0.0]})
+    (found,) = only(diagnose(results_with(2, update_ratios=update)), "lr_too_high")
+    assert found.step == 0 and found.evidence["weights"] == 2 and found.evidence["max_parameter"] == "b.weight"
+    low = ratios(**{"a.weight": [1e-7, 0.0, 1e-7, 1e-7], "b.weight": [1e-7] * 4, "c.weight": [1e-3] * 4})
+    (found,) = only(diagnose(results_with(4, update_ratios=low)), "lr_too_low")
+    assert found.evidence["fraction"] == pytest.approx(2 / 3)
+    assert only(diagnose(results_with(4, update_ratios=low), lr_layer_fraction=0.9), "lr_too_low") == []
+
+
+def test_saturation_of_the_output_layer_after_training_is_confidence_not_a_fault() -> None:
+    layers = {"0": "Linear", "1": "Tanh", "2": "Linear", "3": "Sigmoid"}
+    sat = {"1": {"saturated": series(0.1, 0.1, 0.1, 0.1)}, "3": {"saturated": series(0.0, 0.2, 0.9, 0.95)}}
+    assert only(diagnose(results_with(4, layers=layers, activations=sat)), "saturation") == []
+    sat["3"] = {"saturated": series(0.9, 0.9, 0.9, 0.9)}  # saturated from the start: a fault
+    (found,) = only(diagnose(results_with(4, layers=layers, activations=sat)), "saturation")
+    assert found.path == "3" and found.step == 0
+    relu6 = {"0": "Linear", "1": "ReLU6", "2": "Linear"}
+    off = {"1": {"saturated": series(0.6, 0.6, 0.6)}}  # a ReLU6 at 0 is off, not saturated
+    assert only(diagnose(results_with(3, layers=relu6, activations=off)), "saturation") == []
+
+
+def test_dead_units_are_read_at_relu_family_layers_only() -> None:
+    layers = {"0": "Linear", "1": "GELU", "2": "Linear"}
+    activity = {"0": torch.zeros(4), "1": series(0.0, 0.0, 0.5, math.nan), "2": torch.zeros(1)}
+    (found,) = only(diagnose(results_with(5, layers=layers, unit_activity=activity)), "dead_units")
+    assert (found.path, found.severity, found.evidence["dead"], found.evidence["units"]) == ("1", "warning", 2, 3)
+    assert (
+        only(diagnose(results_with(5, layers=layers, unit_activity=activity), dead_unit_fraction=0.7), "dead_units")
+        == []
+    )
+
+
+def test_symmetry_counts_only_once_training_moved_the_layer() -> None:
+    layers = {"0": "Linear", "1": "Linear"}
+    activity = {"0": torch.ones(10), "1": torch.ones(4)}
+    identical = {"0": 10, "1": 2}
+    before = results_with(1, layers=layers, unit_activity=activity, identical_units=identical)
+    assert only(diagnose(before), "symmetry") == []
+    moved = {"0.weight": series(0.0, 1e-3), "1.weight": series(0.0, 0.0)}
+    after = results_with(2, layers=layers, unit_activity=activity, identical_units=identical, update_ratios=moved)
+    (found,) = only(diagnose(after), "symmetry")  # "1" was never updated (frozen): not judged
+    assert (found.path, found.severity, found.evidence["fraction"]) == ("0", "error", 1.0)
+    partial = results_with(3, layers=layers, unit_activity=activity, identical_units={"0": 2})
+    assert only(diagnose(partial), "symmetry")[0].severity == "warning"
+    assert only(diagnose(partial, identical_unit_fraction=0.5), "symmetry") == []
+
+
+def stds(**values: float) -> dict[str, dict[str, torch.Tensor]]:
+    return {path: {"std": series(v, v)} for path, v in values.items()}
+
+
+def test_bad_init_spares_a_small_head_and_restarts_after_normalization() -> None:
+    head = {"0": "Linear", "1": "ReLU", "2": "Linear"}
+    small_head = results_with(2, layers=head, activations=stds(**{"0": 1.0, "1": 0.6, "2": 1e-4}))
+    assert only(diagnose(small_head), "bad_init") == []
+    normed = {"0": "Linear", "1": "Linear", "2": "LayerNorm", "3": "Linear", "4": "Linear"}
+    values = {"0": 1e-3, "1": 1e-2, "2": 1.0, "3": 3.0, "4": 2.5}  # 2.5e3x from "0", but the norm rescaled
+    assert only(diagnose(results_with(2, layers=normed, activations=stds(**values))), "bad_init") == []
+    values["1"] = 1.5
+    (found,) = only(diagnose(results_with(2, layers=normed, activations=stds(**values))), "bad_init")
+    assert (found.path, found.evidence["direction"], found.evidence["from_layer"]) == ("1", "blow-up", "0")
+
+
+def test_bad_init_is_judged_at_step_zero_only() -> None:
+    layers = {"0": "Linear", "1": "Linear", "2": "Linear"}
+    collapsed = stds(**{"0": 1.0, "1": 1e-2, "2": 1e-4})
+    assert only(diagnose(results_with(2, layers=layers, activations=collapsed)), "bad_init")[0].path == "2"
+    late = WatchResults(steps=torch.tensor([100, 101]), layers=layers, activations=collapsed)
+    assert only(diagnose(late), "bad_init") == []
+
+
+def test_unobserved_layers_are_listed_as_info() -> None:
+    reason = "never fired: MultiheadAttention uses out_proj's weight directly; watch the attention module"
+    results = results_with(1, layers={"attn.out_proj": "Linear"}, unobserved={"attn.out_proj": reason})
+    (found,) = diagnose(results)
+    assert (found.check, found.severity, found.path, found.advice) == ("unobserved", "info", "attn.out_proj", reason)
+    assert diagnose(results, min_severity="warning") == []
+
+
+def test_empty_results_have_no_findings() -> None:
+    assert diagnose(WatchResults()) == []
