@@ -1,0 +1,112 @@
+"""What both trainer integrations share: the callbacks they drive, a batch counter, exception-safe ends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from ..callbacks import Callback
+from ..hooks import HookHandle, register_optimizer_hook
+
+__all__ = ["EventRelay"]
+
+
+class EventRelay:
+    """Forward trainer events to hookscope callbacks, counting training batches over the whole run."""
+
+    def __init__(self, callbacks: tuple[Callback, ...], owner: str) -> None:
+        if not callbacks:
+            raise TypeError(f"{owner} needs at least one hookscope callback, e.g. {owner}(hookscope.watch(model))")
+        for callback in callbacks:
+            if not isinstance(callback, Callback):
+                raise TypeError(
+                    f"callbacks must be hookscope Callback objects (watch(), ActivationStats, HookCallback ...), "
+                    f"got {type(callback).__name__}"
+                )
+        self.callbacks = callbacks
+        self.batch = -1
+        self.is_running = False
+        self.optimizer: torch.optim.Optimizer | None = None
+        self._handles: list[HookHandle] = []
+        self._started: list[Callback] = []
+
+    def fit_start(self, model: nn.Module, optimizer: torch.optim.Optimizer | None, watch_steps: bool) -> None:
+        """Start every callback; with `watch_steps`, relay `after_optimizer_step` from an optimizer hook."""
+        self.optimizer = optimizer
+        try:
+            if optimizer is not None and watch_steps:
+                hook = register_optimizer_hook(optimizer, "step_post", self._step_post, owner=self, tags=("trainer",))
+                self._handles.append(hook)
+            for callback in self.callbacks:
+                callback.on_fit_start(model, optimizer)
+                self._started.append(callback)
+        except BaseException as err:
+            self.fit_end(err)
+            raise
+        self.is_running = True
+
+    def _step_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        self.after_optimizer_step(optimizer)
+
+    def batch_start(self) -> None:
+        """Begin the next training batch."""
+        self.batch += 1
+        for callback in self.callbacks:
+            callback.on_batch_start(self.batch)
+
+    def batch_end(self, loss: Any = None) -> None:
+        """End the current training batch; hand `loss` to callbacks that log losses (`watch()`)."""
+        for callback in self.callbacks:
+            log_loss = getattr(callback, "log_loss", None)
+            if loss is not None and callable(log_loss):
+                log_loss(loss)
+            callback.on_batch_end(self.batch)
+
+    def after_backward(self) -> None:
+        """Relay `after_backward`."""
+        for callback in self.callbacks:
+            callback.after_backward()
+
+    def before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Relay `before_optimizer_step`."""
+        for callback in self.callbacks:
+            callback.before_optimizer_step(optimizer)
+
+    def after_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Relay `after_optimizer_step`."""
+        for callback in self.callbacks:
+            callback.after_optimizer_step(optimizer)
+
+    def fit_end(self, error: BaseException | None = None) -> None:
+        """End every started callback (all of them, even when one raises) and remove the relay's hooks."""
+        self.is_running = False
+        failure: BaseException | None = None
+        for callback in reversed(self._started):
+            try:
+                callback.on_fit_end(error)
+            except BaseException as err:
+                failure = failure or err
+        self._started.clear()
+        while self._handles:
+            self._handles.pop().remove()
+        if failure is not None and error is None:
+            raise failure
+
+    def state_dict(self) -> dict[str, Any]:
+        """The batch counter and each callback's state."""
+        return {"batch": self.batch, "callbacks": [c.state_dict() for c in self.callbacks]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what `state_dict` returned.
+
+        Raises:
+            ValueError: the state holds another number of callbacks.
+        """
+        states = state.get("callbacks", [])
+        if len(states) != len(self.callbacks):
+            raise ValueError(f"state must hold {len(self.callbacks)} callback states, got {len(states)}")
+        self.batch = int(state.get("batch", -1))
+        for callback, callback_state in zip(self.callbacks, states, strict=True):
+            callback.load_state_dict(callback_state)
