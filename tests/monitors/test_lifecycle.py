@@ -221,3 +221,21 @@ def test_filter_and_map_failures_are_reraised_with_context() -> None:
         OutputMonitor(HistoryReducer(), module=layer, filter_=broken),
     ):
         layer(torch.ones(1))
+
+
+def test_monitor_hooks_never_sync_during_training_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = nn.Sequential(nn.Linear(3, 3), nn.ReLU(), nn.Linear(3, 1))
+    monitors = _every_monitor(model[0]) + [OutputMonitor(StatsReducer(), module=model[1], map_=lambda out: out)]
+    batches = [torch.randn(4, 3) for _ in range(20)]
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("host-device sync in a monitor hook")
+
+    with monkeypatch.context() as patched:
+        for name in ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__"):
+            patched.setattr(torch.Tensor, name, refuse)
+        for batch in batches:
+            model(batch).sum().backward()
+    assert [m.counts["recorded"] for m in monitors] == [20] * 7
+    for monitor in monitors:
+        monitor.deregister()

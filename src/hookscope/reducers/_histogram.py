@@ -99,24 +99,33 @@ class HistogramReducer(Reducer):
                 self._count(tensor.reshape(-1))
 
     def _count(self, values: torch.Tensor) -> None:
-        values = values.to(accumulate_dtype(values.dtype, values.device))
-        finite = torch.isfinite(values)
-        clean = torch.where(finite, values, values.new_zeros(())).to(self._acc["radius"].dtype)
-        acc = self._acc
-        acc["nonfinite"] = acc["nonfinite"] + (values.numel() - finite.sum())
+        accumulate_dtype(values.dtype, values.device)  # refuses complex values
+        values = values.to(self._acc["radius"].dtype)
+        # Non-finite entries are zeroed (nan_to_num is several times faster than an isfinite mask on CPU),
+        # binned like zeros, then taken back out of wherever a zero falls.
+        clean = torch.nan_to_num(values, nan=0.0, posinf=0.0, neginf=0.0)
+        nonfinite = torch.count_nonzero(values - clean)
+        self._acc["nonfinite"] = self._acc["nonfinite"] + nonfinite
         if self.bounds is None:
-            self._grow(clean.abs().amax())
+            self._grow(torch.maximum(clean.amax(), -clean.amin()))
+        ones = torch.ones((), dtype=torch.int64, device=clean.device)
+        self._add(clean, ones.expand(clean.shape))
+        self._add(clean.new_zeros(1), -nonfinite.reshape(1))
+
+    def _add(self, values: torch.Tensor, weights: torch.Tensor) -> None:
+        """Add `weights` to the bins (or the under/overflow counts) that `values` fall in."""
+        acc = self._acc
+        if self.bounds is None:
             radius = self._effective_radius()
-            position = (clean + radius) / (2 * radius)
-            weights = finite.long()
+            scaled = (values + radius) / (2 * radius) * self.bins
         else:
             low, high = self.bounds
-            position = (clean - low) / (high - low)
-            below, above = finite & (clean < low), finite & (clean > high)
-            acc["underflow"] = acc["underflow"] + below.sum()
-            acc["overflow"] = acc["overflow"] + above.sum()
-            weights = (finite & ~below & ~above).long()
-        index = (position * self.bins).floor().clamp(0, self.bins - 1).long()
+            scaled = (values - low) / (high - low) * self.bins
+            below, above = values < low, values > high
+            acc["underflow"] = acc["underflow"] + (weights * below).sum()
+            acc["overflow"] = acc["overflow"] + (weights * above).sum()
+            weights = weights * ~(below | above)
+        index = scaled.clamp(0, self.bins - 1).long()  # truncation is floor here: scaled >= 0 after the clamp
         acc["counts"] = acc["counts"].index_add(0, index, weights)
 
     def _grow(self, largest: torch.Tensor) -> None:

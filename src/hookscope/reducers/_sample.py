@@ -112,15 +112,15 @@ class ReservoirReducer(Reducer):
         acc = self._acc
         dtype = acc["values"].dtype
         values = values.to(dtype)
-        finite = torch.isfinite(values)
+        offset = values - torch.nan_to_num(values, nan=0.0, posinf=0.0, neginf=0.0)  # 0 where finite, else NaN/inf
         draws = torch.rand(values.numel(), generator=self._random(), dtype=dtype, device=self._device)
-        keys = torch.cat([acc["keys"], torch.where(finite, draws, float("inf"))])
+        keys = torch.cat([acc["keys"], torch.nan_to_num(draws + offset.abs(), nan=float("inf"))])
         chosen = torch.topk(keys, self.capacity, largest=False).indices
         order = torch.arange(self._seen, self._seen + values.numel(), device=self._device)
         acc["keys"] = keys[chosen]
         acc["values"] = torch.cat([acc["values"], values])[chosen]
         acc["order"] = torch.cat([acc["order"], order])[chosen]
-        acc["nonfinite"] = acc["nonfinite"] + (values.numel() - finite.sum())
+        acc["nonfinite"] = acc["nonfinite"] + torch.count_nonzero(offset)
         self._seen += values.numel()
 
     def _random(self) -> torch.Generator:

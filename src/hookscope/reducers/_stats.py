@@ -143,21 +143,25 @@ class StatsReducer(Reducer):
 
 
 def _summarise(values: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Statistics of the finite entries of a non-empty 1-D tensor, without leaving the device."""
+    """Statistics of the finite entries of a non-empty 1-D tensor, without leaving the device.
+
+    Non-finite entries are zeroed with `nan_to_num` rather than masked with `isfinite`, which is several times
+    slower on CPU; each zeroed entry adds `mean**2` to the sum of squared deviations, which is taken back.
+    """
     values = values.to(accumulate_dtype(values.dtype, values.device))
-    finite = torch.isfinite(values)
-    count = finite.sum()
-    zero = values.new_zeros(())
-    clean = torch.where(finite, values, zero)
+    clean = torch.nan_to_num(values, nan=0.0, posinf=0.0, neginf=0.0)
+    nonfinite = torch.count_nonzero(values - clean)  # NaN or ±inf exactly where the entry is not finite
+    count = values.numel() - nonfinite
     mean = clean.sum() / count.clamp(min=1)
-    inf = torch.full_like(zero, float("inf"))
+    deviation = clean - mean
+    inf = float("inf")
     return {
         "count": count,
         "mean": mean,
-        "m2": torch.where(finite, clean - mean, zero).square().sum(),
-        "min": torch.where(finite, values, inf).amin(),
-        "max": torch.where(finite, values, -inf).amax(),
-        "nonfinite": values.numel() - count,
+        "m2": (torch.dot(deviation, deviation) - nonfinite * mean.square()).clamp(min=0),
+        "min": torch.nan_to_num(values, nan=inf, posinf=inf, neginf=inf).amin(),
+        "max": torch.nan_to_num(values, nan=-inf, posinf=-inf, neginf=-inf).amax(),
+        "nonfinite": nonfinite,
     }
 
 
