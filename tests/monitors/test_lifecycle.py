@@ -225,7 +225,7 @@ def test_filter_and_map_failures_are_reraised_with_context() -> None:
 
 def test_monitor_hooks_never_sync_during_training_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     model = nn.Sequential(nn.Linear(3, 3), nn.ReLU(), nn.Linear(3, 1))
-    monitors = _every_monitor(model[0]) + [OutputMonitor(StatsReducer(), module=model[1], map_=lambda out: out)]
+    monitors = [*_every_monitor(model[0]), OutputMonitor(StatsReducer(), module=model[1], map_=lambda out: out)]
     batches = [torch.randn(4, 3) for _ in range(20)]
 
     def refuse(*args: object, **kwargs: object) -> None:
