@@ -64,7 +64,7 @@ def test_without_recorded_provenance_the_per_step_counts_find_the_same_layer() -
     results.first_nonfinite = {"forward": None, "backward": None}
     (found,) = only(diagnose(results), "nonfinite_forward")
     assert (found.path, found.step) == ("3", 2)
-    assert "model order" in str(found.evidence["source"])
+    assert "forward order" in str(found.evidence["source"])
 
 
 def test_a_nan_born_in_backward_is_blamed_on_the_layer_whose_output_gradient_broke() -> None:

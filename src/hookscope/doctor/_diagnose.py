@@ -154,7 +154,7 @@ def diagnose(
     """Run the checks over what `watch()` collected and return the findings, most important first.
 
     Ranking: errors, then warnings, then info; within one severity the earliest step first (the first thing
-    that went wrong is the likeliest cause), then check order (`list_checks()`), then model order. A check
+    that went wrong is the likeliest cause), then check order (`list_checks()`), then forward order. A check
     reports at most one finding per layer (the highest ranked).
 
     Args:

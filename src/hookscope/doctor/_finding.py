@@ -84,7 +84,7 @@ def severity_rank(severity: str) -> int:
 def rank_findings(
     findings: Iterable[Finding], check_order: Sequence[str] = (), layer_order: Sequence[str] = ()
 ) -> list[Finding]:
-    """Sort findings: most severe first, then earliest step, then check order, then model order.
+    """Sort findings: most severe first, then earliest step, then check order, then layer order.
 
     Earliest first because the first thing that went wrong is the likeliest cause of what followed.
     """

@@ -26,7 +26,7 @@ _ADVICE = {
 
 
 def gradient_table(results: WatchResults) -> tuple[list[str], torch.Tensor]:
-    """Per-layer gradient norms in model order: output gradients, else parameter gradients combined per module.
+    """Per-layer gradient norms in forward order: output gradients, else parameter gradients combined per module.
 
     Shape:
         (L, S) float64, NaN where not observed or not finite.
@@ -41,6 +41,10 @@ def gradient_table(results: WatchResults) -> tuple[list[str], torch.Tensor]:
             squares.setdefault(module_of(name), []).append(stats["norm"].to(torch.float64) ** 2)
     paths = sorted(squares, key=lambda p: order.index(p) if p in order else len(order))
     return paths, table([torch.stack(squares[p]).sum(0).sqrt() for p in paths])
+
+
+def _times(ratio: float) -> str:
+    return "0x (no gradient at all)" if ratio == 0 else f"{ratio:.2g}x"
 
 
 def _reference_row(norms: torch.Tensor) -> int | None:
@@ -63,13 +67,14 @@ def _across_depth(results: WatchResults, t: Thresholds, direction: str) -> Findi
     extreme = ratios[:, index].nan_to_num(1.0)
     worst = int(extreme.argmax() if direction == "exploding" else extreme.argmin())
     ratio = float(ratios[layer, index])
+    most = "largest" if direction == "exploding" else "smallest"
     return Finding(
         f"{direction}_gradients",
         "warning",
         paths[layer],
         step_at(results, index),
-        f"gradient norm here is {ratio:.2g}x that of {paths[ref]!r} (nearest the loss); "
-        f"{int(hit[:, index].sum())} layer(s) past {t.grad_depth_ratio:g}x, down to {float(extreme[worst]):.2g}x "
+        f"gradient norm here is {_times(ratio)} that of {paths[ref]!r} (nearest the loss); "
+        f"{int(hit[:, index].sum())} layer(s) past {t.grad_depth_ratio:g}x, the {most} {_times(float(extreme[worst]))} "
         f"at {paths[worst]!r}",
         {
             "across": "depth",
@@ -115,7 +120,7 @@ def _over_steps(results: WatchResults, t: Thresholds, direction: str) -> Finding
         "warning",
         paths[layer],
         step_at(results, index),
-        f"gradient norm changed {ratio:.2g}x from its first {t.window} recorded steps "
+        f"gradient norm changed {_times(ratio)} from its first {t.window} recorded steps "
         f"({float(start[layer]):.3g} -> {float(norms[layer, index : index + t.window].nanmedian()):.3g})",
         {"across": "steps", "ratio": ratio, "start_norm": float(start[layer]), "layers": int(hit[:, index].sum())},
         _ADVICE[direction],

@@ -1,6 +1,6 @@
 """Bad initialization: activation std collapsing or blowing up layer by layer at step 0; unobserved layers.
 
-Layers are read in model order. A normalization or softmax layer rescales by design, so it restarts the run
+Layers are read in forward order. A normalization or softmax layer rescales by design, so it restarts the run
 and is not itself compared; layers with zero or unknown std (zero-initialized, dead, not observed) are skipped.
 """
 
@@ -23,7 +23,7 @@ _ADVICE = {
 
 
 def _segments(results: WatchResults) -> list[list[tuple[str, float]]]:
-    """Runs of (path, std at the first step) in model order, cut at normalization and softmax layers."""
+    """Runs of (path, std at the first step) in forward order, cut at normalization and softmax layers."""
     segments: list[list[tuple[str, float]]] = [[]]
     for path in layer_order(results):
         kind = results.layers.get(path, "")

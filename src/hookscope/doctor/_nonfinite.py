@@ -2,7 +2,7 @@
 
 `WatchResults.first_nonfinite` names the first module in execution order (kept on the device by `watch()`, read
 once); when it is missing the per-layer `nonfinite` counts give the earliest step and, within it, the first
-layer in model order (forward) or the last (backward runs in reverse).
+layer in forward order (forward) or the last (backward runs in reverse).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 
 from ..watch import WatchResults
 from ._finding import Finding
-from ._series import index_of_step, layer_order, module_of, step_at
+from ._series import index_of_step, layer_order, module_of, previous_layer, step_at
 from ._thresholds import Thresholds
 
 __all__ = ["check_nonfinite_backward", "check_nonfinite_forward"]
@@ -34,7 +34,7 @@ def _from_series(results: WatchResults, counts: dict[str, torch.Tensor], backwar
     if not hits:
         return None
     index, _, path = min(hits)
-    return path, step_at(results, index), "per-step counts, model order"
+    return path, step_at(results, index), "per-step counts, forward order"
 
 
 def _origin(results: WatchResults, direction: str) -> Origin | None:
@@ -89,16 +89,18 @@ def check_nonfinite_forward(results: WatchResults, thresholds: Thresholds) -> li
     kind = results.layers.get(path, "module")
     count = _count(results, results.activations, path, step)
     values = "" if count is None else f" ({count:.0f} values)"
+    before = previous_layer(results, path)
+    between = f" or an unwatched module/op between {before!r} and it" if before else " or an unwatched op before it"
     return [
         Finding(
             "nonfinite_forward",
             "error",
             path,
             step,
-            f"output of this {kind} became NaN/Inf first{values}; every layer before it was still finite",
+            f"first watched layer in forward order whose output became NaN/Inf{values}",
             {"direction": "forward", "nonfinite": count, "source": source, "layer_type": kind},
-            f"Look at what this {kind} computes from finite inputs (log/sqrt/division of values <= 0, overflow "
-            "in fp16, huge weights); torch.autograd.detect_anomaly() names the exact op.",
+            f"This {kind}{between} turns finite values into NaN/Inf: look for log/sqrt/division of values <= 0, "
+            "fp16 overflow or huge weights; torch.autograd.detect_anomaly() names the exact op.",
         )
     ]
 

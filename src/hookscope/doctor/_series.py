@@ -1,4 +1,4 @@
-"""Helpers shared by the checks: model order, step lookup, NaN-aware windowed medians, gradient tables."""
+"""Helpers shared by the checks: forward order of layers, step lookup, NaN-aware windowed medians, gradient tables."""
 
 from __future__ import annotations
 
@@ -19,10 +19,20 @@ __all__ = [
 
 
 def layer_order(results: WatchResults) -> list[str]:
-    """Module paths in model order: `results.layers` first, then paths only the series know, as they come."""
-    order = list(results.layers)
-    seen = set(order)
-    for group in (results.activations, results.output_grads, results.unit_activity, results.identical_units):
+    """Module paths in forward order: `results.execution_order` when recorded, else (and then) model order.
+
+    Paths only the series know come last, as they come.
+    """
+    order: list[str] = []
+    seen: set[str] = set()
+    for group in (
+        results.execution_order,
+        results.layers,
+        results.activations,
+        results.output_grads,
+        results.unit_activity,
+        results.identical_units,
+    ):
         for path in group:
             if path not in seen:
                 seen.add(path)
@@ -31,7 +41,7 @@ def layer_order(results: WatchResults) -> list[str]:
 
 
 def previous_layer(results: WatchResults, path: str) -> str | None:
-    """The path just before `path` in model order (the layer that most likely feeds it), or `None`."""
+    """The path just before `path` in forward order (the layer that most likely feeds it), or `None`."""
     order = layer_order(results)
     index = order.index(path) if path in order else 0
     return order[index - 1] if index > 0 else None

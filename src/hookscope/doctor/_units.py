@@ -21,6 +21,11 @@ RELU_FAMILY = frozenset(
 """Module type names whose units can die: output never > 0, so (almost) no gradient flows back through them."""
 
 
+def _saw_nonfinite(results: WatchResults, path: str) -> bool:
+    counts = results.activations.get(path, {}).get("nonfinite")
+    return counts is not None and bool((counts.nan_to_num(0.0) > 0).any())
+
+
 def check_dead_units(results: WatchResults, thresholds: Thresholds) -> list[Finding]:
     """Report ReLU-family layers where `dead_unit_fraction` of units were never > 0 over the recorded steps."""
     found = []
@@ -28,8 +33,8 @@ def check_dead_units(results: WatchResults, thresholds: Thresholds) -> list[Find
         kind = results.layers.get(path, "")
         values = activity.detach().to(torch.float64).reshape(-1)
         values = values[torch.isfinite(values)]
-        if kind not in RELU_FAMILY or values.numel() == 0:
-            continue
+        if kind not in RELU_FAMILY or values.numel() == 0 or _saw_nonfinite(results, path):
+            continue  # NaN is never > 0: after a non-finite output, inactivity says nothing
         dead = int((values <= 0).sum())
         share = dead / values.numel()
         if share < thresholds.dead_unit_fraction:
