@@ -1,0 +1,25 @@
+"""The demo behind `hookscope demo`: a small CNN trained on scikit-learn's bundled digits, with every monitor on.
+
+`_data.py` loads the 8x8 handwritten digits that ship inside scikit-learn (no download) and splits them;
+`_model.py` holds the CNN and the faults `--fault` plants (`FAULTS`: a learning rate far too high, dead ReLU
+units, constant initialization, a NaN source), each with the doctor check that should find it; `_train.py`
+trains it under `watch()`, `ActivationStats` and the weight update monitor and returns a `DemoRun`. The command
+line (`hookscope.cli`) prints the run and writes the report through `hookscope.report`.
+"""
+
+from ._data import load_digits_split
+from ._model import FAULTS, DigitsCNN, Fault, UnsafeSqrt, apply_fault
+from ._train import DemoConfig, DemoRun, evaluate, train_demo
+
+__all__ = [
+    "FAULTS",
+    "DemoConfig",
+    "DemoRun",
+    "DigitsCNN",
+    "Fault",
+    "UnsafeSqrt",
+    "apply_fault",
+    "evaluate",
+    "load_digits_split",
+    "train_demo",
+]
