@@ -239,3 +239,19 @@ def test_monitor_hooks_never_sync_during_training_steps(monkeypatch: pytest.Monk
     assert [m.counts["recorded"] for m in monitors] == [20] * 7
     for monitor in monitors:
         monitor.deregister()
+
+
+def test_a_monitor_dropped_by_its_user_is_freed_with_gc_disabled() -> None:
+    layer = nn.Linear(2, 2)
+    monitors = _every_monitor(layer)
+    layer(torch.ones(1, 2)).sum().backward()
+    gc.collect()  # torch's multi-grad hooks leave a cycle behind each backward; not the monitors' own
+    gc.disable()
+    try:
+        for monitor in monitors:
+            monitor.deregister()
+        alive = [weakref.ref(monitor) for monitor in monitors]
+        del monitors, monitor
+        assert [ref() for ref in alive] == [None] * 6
+    finally:
+        gc.enable()

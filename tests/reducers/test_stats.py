@@ -24,7 +24,7 @@ def _oracle(batches: list[torch.Tensor], correction: int = 0) -> dict[str, float
     return {
         "count": finite.numel(),
         "mean": finite.mean().item(),
-        "var": finite.var(correction=correction).item(),
+        "var": finite.var(correction=correction).item() if finite.numel() > correction else float("nan"),
         "min": finite.min().item(),
         "max": finite.max().item(),
         "norm": finite.norm().item(),

@@ -1,5 +1,7 @@
-"""Monitors: where (a module, or many through a selector) + what (input, output, attribute, change, gradient)
-+ a reducer (`hookscope.reducers`) that keeps bounded state over time.
+"""Monitors: where (a module) + what (input, output, attribute, change, gradient) + a reducer.
+
+A monitor records into a reducer (`hookscope.reducers`) that keeps bounded state over time; `MonitorPool`
+places one on each module a selector picks.
 
 `Monitor` (in `_base.py`) holds the common arguments, as inferno's: `reducer`, `module`, `train_update`,
 `eval_update`, `prepend`, `filter_`, `map_`; it registers its hooks through `hookscope.hooks`, so the registry

@@ -91,8 +91,8 @@ class Monitor:
                 raise TypeError(f"{name} must be a bool, got {flag!r}")
         self.reducer = reducer
         self.train_update, self.eval_update, self.prepend = train_update, eval_update, prepend
-        self.filter_ = filter_ if filter_ is not None else self._default_filter
-        self.map_ = map_ if map_ is not None else self._default_map
+        self.filter_ = filter_  # None: the class default (kept apart to avoid a monitor -> bound method cycle)
+        self.map_ = map_
         self._module: weakref.ref[nn.Module] | None = None
         self._handles: list[HookHandle] = []
         self._path: str | None = None
@@ -260,10 +260,11 @@ class Monitor:
     def _record(self, *observation: Any) -> None:
         """Filter, map and push one observation, counting what happened."""
         try:
-            if not self.filter_(*observation):
+            accepted = self._default_filter(*observation) if self.filter_ is None else self.filter_(*observation)
+            if not accepted:
                 self._bump("filtered")
                 return
-            mapped = self.map_(*observation)
+            mapped = self._default_map(*observation) if self.map_ is None else self.map_(*observation)
             tensors = tuple(mapped) if isinstance(mapped, (tuple, list)) else (mapped,)
             with self._lock:
                 self.reducer.push(*tensors)
