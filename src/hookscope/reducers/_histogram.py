@@ -117,15 +117,15 @@ class HistogramReducer(Reducer):
         acc = self._acc
         if self.bounds is None:
             radius = self._effective_radius()
-            scaled = (values + radius) / (2 * radius) * self.bins
+            scaled = (values + radius) * (self.bins / (2 * radius))  # exact scale: the radius is a power of two
         else:
             low, high = self.bounds
-            scaled = (values - low) / (high - low) * self.bins
+            scaled = (values - low) * (self.bins / (high - low))  # as numpy.histogram computes it
             below, above = values < low, values > high
             acc["underflow"] = acc["underflow"] + (weights * below).sum()
             acc["overflow"] = acc["overflow"] + (weights * above).sum()
             weights = weights * ~(below | above)
-        index = scaled.clamp(0, self.bins - 1).long()  # truncation is floor here: scaled >= 0 after the clamp
+        index = scaled.clamp_(0, self.bins - 1).long()  # truncation is floor here: scaled >= 0 after the clamp
         acc["counts"] = acc["counts"].index_add(0, index, weights)
 
     def _grow(self, largest: torch.Tensor) -> None:
