@@ -207,6 +207,7 @@ class Recorder:
         return hook
 
     def _check(self, index: int, output: Any) -> None:
+        self.drop("sampling")
         self.observed[index] = True
         self._rank(0, index)
         x = first_float(output)

@@ -32,8 +32,14 @@ ACTIVATION_TYPES: tuple[type[nn.Module], ...] = (
 
 
 def default_selector(path: str, module: nn.Module) -> bool:
-    """`watch()`'s default: modules with parameters of their own, and activation modules (`ACTIVATION_TYPES`)."""
-    return isinstance(module, ACTIVATION_TYPES) or next(iter(module.parameters(recurse=False)), None) is not None
+    """`watch()`'s default: modules with parameters of their own, and activation modules.
+
+    Activation modules are those of `ACTIVATION_TYPES` and, for libraries with their own (Hugging Face's
+    `GELUActivation` ...), modules whose class name ends with `Activation`.
+    """
+    if isinstance(module, ACTIVATION_TYPES) or type(module).__name__.endswith("Activation"):
+        return True
+    return next(iter(module.parameters(recurse=False)), None) is not None
 
 
 class Watch(Callback):
@@ -140,8 +146,9 @@ class Watch(Callback):
         ]
         recorder = self._recorder
         if recorder is None or not recorder.matches(modules, params):
+            if recorder is not None:  # another model: start afresh (a loaded state stays for the first one)
+                self._store = SeriesStore(self.options.capacity, self.options.every)
             recorder = Recorder(modules, params, self.options)
-            self._store = SeriesStore(self.options.capacity, self.options.every)
         else:
             recorder.rebind(modules, params)
         self._model_ref = weakref.ref(model)
@@ -217,9 +224,9 @@ class Watch(Callback):
         if recorder is None:
             return
         self._step = step
+        if recorder.buffers.is_full:
+            self._flush()  # first: thinning may change which steps are recorded
         if self._store.records(step):
-            if recorder.buffers.is_full:
-                self._flush()
             recorder.open_row = recorder.buffers.new_row(step)
             self._recorded += 1
         else:

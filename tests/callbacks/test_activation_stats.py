@@ -1,0 +1,232 @@
+"""ActivationStats against a naive computation on the same hooked outputs; fastai counts and semantics."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+import torch.nn as nn
+
+from hookscope.callbacks import ActivationStats, HookCallback, LoopDriver, RecordsDroppedWarning
+
+
+class Capture(HookCallback):
+    """Keeps CPU copies of every output of every hooked module, per training batch (the oracle's input)."""
+
+    def __init__(self) -> None:
+        super().__init__(cpu=True)
+        self.batches: list[list[list[torch.Tensor]]] = []
+        self.in_batch = False
+
+    def on_batch_start(self, batch: int) -> None:
+        self.batches.append([[] for _ in self.paths])
+        self.in_batch = True
+
+    def on_batch_end(self, batch: int) -> None:
+        self.in_batch = False
+
+    def hook(self, m: nn.Module, i: Any, o: Any) -> Any:
+        if self.in_batch:
+            self.batches[-1][self.hooked_modules.index(m)].append(o.float().reshape(-1))
+
+
+def mlp() -> nn.Sequential:
+    return nn.Sequential(nn.Linear(3, 16), nn.ReLU(), nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 2))
+
+
+def train(model: nn.Module, callbacks: list[Any], batches: int, size: int = 32) -> None:
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    with LoopDriver(callbacks, model, opt):
+        for _ in range(batches):
+            model(torch.randn(size, 3)).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+
+
+def oracle_hist(values: torch.Tensor, low: float, high: float, bins: int) -> tuple[torch.Tensor, int]:
+    """Counts per bin (float64 arithmetic, out-of-range values in the end bins) and how many sit on an edge."""
+    position = (values.double() - low) / (high - low) * bins
+    index = position.floor().clamp(0, bins - 1).long()
+    on_edge = int(((position - position.round()).abs() < 1e-4).sum())
+    return torch.bincount(index, minlength=bins).float(), on_edge
+
+
+def test_every_statistic_matches_a_naive_computation_on_the_same_outputs() -> None:
+    model, capture = mlp(), Capture()
+    stats = ActivationStats(with_hist=True, hist_range=(-2.0, 2.0), hist_bins=20)
+    train(model, [capture, stats], batches=4)
+    assert len(stats.stats) == 4 and len(stats.stats[0]) == 3
+    for k, record in enumerate(stats.stats):
+        for j, entry in enumerate(record):
+            x = torch.cat(capture.batches[k][j])
+            assert entry["mean"] == pytest.approx(float(x.mean()), rel=1e-4, abs=1e-6)
+            assert entry["std"] == pytest.approx(float(x.std()), rel=1e-4)
+            assert entry["near_zero"] == pytest.approx(float((x <= 0.05).float().mean()), abs=1e-7)
+            expected, on_edge = oracle_hist(x, -2.0, 2.0, 20)
+            assert float((entry["hist"] - expected).abs().sum()) <= 2 * on_edge
+            assert float(entry["hist"].sum()) == x.numel()
+
+
+def test_histogram_range_is_symmetric_from_the_first_record_and_counts_every_value() -> None:
+    model, capture = mlp(), Capture()
+    stats = ActivationStats(with_hist=True)
+    train(model, [capture, stats], batches=3)
+    for j in range(3):
+        bound = float(capture.batches[0][j][0].abs().max())
+        edges = stats.hist_edges(j)
+        assert edges[0] == pytest.approx(-bound, rel=1e-5) and edges[-1] == pytest.approx(bound, rel=1e-5)
+        for k in range(3):
+            x = torch.cat(capture.batches[k][j])
+            expected, on_edge = oracle_hist(x, -bound, bound, 40)
+            assert float((stats.stats[k][j]["hist"] - expected).abs().sum()) <= 2 * on_edge
+            assert float(stats.stats[k][j]["hist"].sum()) == x.numel()
+
+
+def test_a_module_called_twice_is_described_by_all_its_outputs() -> None:
+    class Twice(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.shared = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.shared(torch.relu(self.shared(x)) * 3)
+
+    model, capture, stats = Twice(), Capture(), ActivationStats()
+    train_inputs = [torch.randn(8, 4) for _ in range(2)]
+    with LoopDriver([capture, stats], model):
+        for x in train_inputs:
+            model(x)
+    for k in range(2):
+        assert len(capture.batches[k][0]) == 2
+        x = torch.cat(capture.batches[k][0])
+        entry = stats.stats[k][0]
+        assert entry["mean"] == pytest.approx(float(x.mean()), rel=1e-4, abs=1e-6)
+        assert entry["std"] == pytest.approx(float(x.std()), rel=1e-4)
+        assert entry["near_zero"] == pytest.approx(float((x <= 0.05).float().mean()))
+
+
+@pytest.mark.parametrize("n", [11, 12, 13])
+@pytest.mark.parametrize("every", [None, 1, 4])
+def test_number_of_records_follows_every(n: int, every: int | None) -> None:
+    stats = ActivationStats(every=every)
+    model = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1))
+    with stats.attach(model):
+        for _ in range(n):
+            model(torch.randn(4, 2))
+    assert len(stats.stats) == math.ceil(n / (every or 1))
+
+
+def test_eval_forwards_are_not_recorded_and_hooks_are_gone_after_the_loop() -> None:
+    model, stats = mlp(), ActivationStats()
+    with stats.attach(model):
+        model(torch.randn(4, 3))
+        model.eval()
+        with torch.no_grad():
+            model(torch.full((4, 3), 100.0))
+        model.train()
+    assert len(stats.stats) == 1 and stats.stats[0][0]["mean"] < 50
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+
+
+def test_hooks_are_gone_after_an_exception() -> None:
+    model, stats = mlp(), ActivationStats(every=3)
+    with pytest.raises(ZeroDivisionError), stats.attach(model):
+        model(torch.randn(4, 3))
+        _ = 1 / 0
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+
+
+def test_layer_stats_and_hist_shapes() -> None:
+    model, stats = mlp(), ActivationStats(with_hist=True, hist_bins=10)
+    train(model, [stats], batches=5)
+    means, stds, near_zeros = stats.layer_stats(1)
+    assert means.shape == stds.shape == near_zeros.shape == (5,)
+    assert means.tolist() == pytest.approx([record[1]["mean"] for record in stats.stats])
+    hist = stats.hist(-1)
+    assert hist.shape == (10, 5)
+    torch.testing.assert_close(hist[:, 2], stats.stats[2][2]["hist"].log1p())
+
+
+def test_capacity_keeps_the_first_records_and_counts_the_rest() -> None:
+    model, stats = mlp(), ActivationStats(capacity=3)
+    with pytest.warns(RecordsDroppedWarning, match="capacity=3"):
+        train(model, [stats], batches=5)
+    assert len(stats.stats) == 3 and stats.dropped == 2
+
+
+def test_one_value_has_zero_std_and_a_module_not_called_has_nan() -> None:
+    class Branch(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Linear(2, 1), nn.Linear(2, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.a(x)
+
+    model, stats = Branch(), ActivationStats()
+    with stats.attach(model):
+        model(torch.randn(1, 2))
+    assert stats.stats[0][0]["std"] == 0.0
+    assert all(math.isnan(v) for v in stats.stats[0][1].values())
+
+
+def test_no_host_sync_while_recording(monkeypatch: pytest.MonkeyPatch) -> None:
+    model, stats = mlp(), ActivationStats(with_hist=True)
+    with stats.attach(model):
+        model(torch.randn(4, 3))  # the first record: every buffer allocated
+        for name in ("item", "tolist", "cpu", "__bool__", "__float__"):
+            monkeypatch.setattr(torch.Tensor, name, _forbidden(name))
+        for _ in range(5):
+            model(torch.randn(4, 3)).sum().backward()
+        monkeypatch.undo()
+    assert len(stats.stats) == 6
+
+
+def _forbidden(name: str) -> Any:
+    def raise_(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError(f"host sync through Tensor.{name} while recording")
+
+    return raise_
+
+
+def test_state_dict_round_trip() -> None:
+    model, stats = mlp(), ActivationStats(with_hist=True)
+    train(model, [stats], batches=3)
+    restored = ActivationStats(with_hist=True)
+    restored.load_state_dict(stats.state_dict())
+    assert restored.stats[2][1]["mean"] == stats.stats[2][1]["mean"]
+    torch.testing.assert_close(restored.hist(0), stats.hist(0))
+    with pytest.raises(ValueError, match="state must be for modules"):
+        other = ActivationStats()
+        other.paths = ["x"]
+        other.load_state_dict(stats.state_dict())
+
+
+def test_argument_errors() -> None:
+    with pytest.raises(ValueError, match="hist_bins must be a positive int, got 0"):
+        ActivationStats(hist_bins=0)
+    with pytest.raises(ValueError, match=r"hist_range must be \(low, high\) with finite low < high"):
+        ActivationStats(hist_range=(1.0, -1.0))
+    with pytest.raises(ValueError, match="capacity must be a positive int, got -1"):
+        ActivationStats(capacity=-1)
+    stats = ActivationStats()
+    train(mlp(), [stats], batches=1)
+    with pytest.raises(ValueError, match="hist needs histograms"):
+        stats.hist(0)
+    with pytest.raises(ValueError, match=r"idx must be an int in \[-3, 3\)"):
+        stats.layer_stats(3)
+
+
+def test_plots_return_figures() -> None:
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    stats = ActivationStats(with_hist=True)
+    train(mlp(), [stats], batches=3)
+    assert isinstance(stats.color_dim(0), Figure)
+    assert isinstance(stats.plot_layer_stats(0), Figure)

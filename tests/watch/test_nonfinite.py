@@ -1,0 +1,132 @@
+"""Where values first became non-finite: the producing module and the step, forward and backward, no host sync."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+import torch.nn as nn
+
+from hookscope.watch import watch
+
+
+class NaNAt(nn.Module):
+    """Identity, except that at forward number `at` (from 0) its output is NaN in one place."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at, self.calls = at, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if self.calls - 1 == self.at:
+            x = x.clone()
+            x[0, 0] = float("nan")
+        return x
+
+
+class _InfGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return torch.full_like(grad, float("inf"))
+
+
+class InfGradAt(nn.Module):
+    """Identity whose backward returns infinite gradients at forward number `at`."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at, self.calls = at, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return _InfGrad.apply(x) if self.calls - 1 == self.at else x
+
+
+def model_with(fault: nn.Module) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 4), fault, nn.ReLU(), nn.Linear(4, 1))
+
+
+def train(model: nn.Module, steps: int, **options: Any) -> dict[str, Any]:
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with watch(model, select=lambda path, m: path != "", **options) as w:
+        for _ in range(steps):
+            model(torch.randn(8, 3)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+    return w.results().first_nonfinite
+
+
+@pytest.mark.parametrize("every", [1, 4])
+def test_the_first_producer_of_a_nan_is_named_not_the_next_layer(every: int) -> None:
+    first = train(model_with(NaNAt(at=2)), steps=6, every=every)
+    # without an optimizer passed to watch, a step is a training forward: the NaN appears at step 2
+    assert first["forward"] == {"path": "3", "step": 2}
+
+
+@pytest.mark.parametrize("every", [1, 4])
+def test_the_first_non_finite_output_gradient_is_named_in_backward_order(every: int) -> None:
+    first = train(model_with(InfGradAt(at=1)), steps=3, every=every)
+    # the faulty module's own output gradient is finite; it sends inf to the module before it
+    assert first["backward"] == {"path": "2", "step": 1}
+    assert first["forward"] == {"path": "0", "step": 2}  # the infinite update reached the weights
+
+
+def test_nan_input_is_blamed_on_the_first_module_that_outputs_it() -> None:
+    model = model_with(nn.Identity())
+    with watch(model, select=lambda path, m: path != "") as w:
+        model(torch.randn(8, 3))
+        model(torch.full((8, 3), float("nan")))
+    assert w.results().first_nonfinite["forward"] == {"path": "0", "step": 1}
+
+
+def test_healthy_training_reports_nothing() -> None:
+    assert train(model_with(nn.Identity()), steps=3) == {"forward": None, "backward": None}
+
+
+def test_nonfinite_counts_are_exact_and_do_not_poison_other_layers() -> None:
+    model = model_with(NaNAt(at=0))
+    with watch(model, select=lambda path, m: path != "") as w:
+        model(torch.randn(8, 3))
+    stats = w.results().activations
+    assert float(stats["3"]["nonfinite"][0]) == 1
+    assert float(stats["2"]["nonfinite"][0]) == 0 and torch.isfinite(stats["2"]["mean"]).all()
+    assert [float(stats[p]["nonfinite"][0]) for p in ("4", "5")] == [1, 1]  # only the NaN's row carries it on
+
+
+def test_unchecked_skipped_steps_cost_nothing_and_find_nothing() -> None:
+    first = train(model_with(NaNAt(at=2)), steps=3, every=4, check_nonfinite=False)
+    assert first["forward"] is None
+
+
+def test_no_host_sync_during_watched_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = model_with(NaNAt(at=3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    w = watch(model, opt, every=2, select=lambda path, m: path != "")
+    with w:
+        model(torch.randn(8, 3)).sum().backward()
+        opt.step()
+        for name in ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__"):
+            monkeypatch.setattr(torch.Tensor, name, _forbidden(name))
+        for _ in range(6):
+            loss = model(torch.randn(8, 3)).sum()
+            w.log_loss(loss)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+        monkeypatch.undo()
+    results = w.results()
+    assert results.steps.tolist() == [0, 2, 4, 6]
+    assert results.first_nonfinite["forward"] == {"path": "3", "step": 3}
+
+
+def _forbidden(name: str) -> Any:
+    def raise_(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError(f"host sync through Tensor.{name} during a watched step")
+
+    return raise_
