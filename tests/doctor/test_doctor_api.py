@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import doctest
+import importlib
 import json
 from collections.abc import Iterator
 
@@ -193,3 +195,9 @@ def test_thresholds_have_documented_defaults_and_reject_bad_values() -> None:
         Thresholds(grad_depth_ratio=0.5)
     with pytest.raises(ValueError, match="lr_low_ratio must be below lr_high_ratio, got 0.1 >= 0.01"):
         Thresholds(lr_low_ratio=0.1, lr_high_ratio=0.01)
+
+
+def test_docstring_examples_run() -> None:
+    for name in ("_diagnose", "_finding", "_live"):
+        result = doctest.testmod(importlib.import_module(f"hookscope.doctor.{name}"))
+        assert result.attempted > 0 and result.failed == 0, name

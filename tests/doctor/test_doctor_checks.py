@@ -6,6 +6,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hookscope.doctor import Finding, diagnose
 from hookscope.watch import WatchResults
@@ -152,3 +154,36 @@ def test_unobserved_layers_are_listed_as_info() -> None:
 
 def test_empty_results_have_no_findings() -> None:
     assert diagnose(WatchResults()) == []
+
+
+values = st.sampled_from([0.0, -1.0, 1e-9, 1e-3, 0.3, 0.99, 1.0, 7.0, 1e6, math.nan, math.inf])
+kinds = st.sampled_from(["Linear", "ReLU", "Tanh", "LayerNorm", "Sigmoid", "ReLU6"])
+
+
+@st.composite
+def arbitrary_results(draw: st.DrawFn) -> WatchResults:
+    steps = draw(st.integers(0, 6))
+    paths = [f"l{i}" for i in range(draw(st.integers(0, 4)))]
+    row = st.lists(values, min_size=steps, max_size=steps).map(lambda v: torch.tensor(v, dtype=torch.float32))
+    stat = st.dictionaries(st.sampled_from(["std", "saturated", "nonfinite"]), row, max_size=3)
+    return WatchResults(
+        steps=torch.arange(steps),
+        layers={p: draw(kinds) for p in paths},
+        activations={p: draw(stat) for p in paths},
+        output_grads={p: {"norm": draw(row), "nonfinite": draw(row)} for p in paths if draw(st.booleans())},
+        param_grads={f"{p}.weight": {"norm": draw(row)} for p in paths if draw(st.booleans())},
+        update_ratios={f"{p}.{n}": draw(row) for p in paths for n in ("weight", "bias") if draw(st.booleans())},
+        losses=draw(st.none() | row),
+        unit_activity={p: draw(row) for p in paths if draw(st.booleans())},
+        identical_units={p: draw(st.integers(0, 8)) for p in paths if draw(st.booleans())},
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(arbitrary_results())
+def test_any_results_give_ranked_unique_findings_without_crashing(results: WatchResults) -> None:
+    findings = diagnose(results)
+    assert len({f.key for f in findings}) == len(findings)
+    ranks = [["error", "warning", "info"].index(f.severity) for f in findings]
+    assert ranks == sorted(ranks)
+    assert all(f.path is None or f.path in results.layers for f in findings)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable, Iterator
 
 import pytest
 import torch
@@ -26,13 +27,20 @@ class LogScale(nn.Module):
         return x * self.scale * (torch.log(self.scale * 0 - 1) if self.calls - 1 == self.at else 1)
 
 
-def trained(model: nn.Module, steps: int, lr: float = 1e-3, **options: object) -> WatchResults:
+def trained(
+    model: nn.Module,
+    steps: int,
+    lr: float = 1e-3,
+    data: Iterator[tuple[torch.Tensor, torch.Tensor]] | None = None,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = nn.functional.mse_loss,
+    **options: object,
+) -> WatchResults:
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    data = regression_batches()
+    data = data or regression_batches()
     with watch(model, optimizer, **options) as w:  # type: ignore[arg-type]
         for _ in range(steps):
             x, y = next(data)
-            loss = nn.functional.mse_loss(model(x), y)
+            loss = loss_fn(model(x), y)
             w.log_loss(loss)
             optimizer.zero_grad()
             loss.backward()
@@ -50,6 +58,41 @@ def test_a_healthy_model_raises_no_warning_and_the_live_doctor_stays_quiet() -> 
         results = trained(mlp(), steps=40, doctor=True, doctor_every=10)
     assert float(results.losses[-5:].mean()) < 0.5 * float(results.losses[:5].mean())
     assert [f for f in diagnose(results) if f.severity != "info"] == []
+
+
+def image_batches(seed: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """8x8 noise images whose class (0/1) brightens the top half: learnable by a small CNN."""
+    generator = torch.Generator().manual_seed(seed)
+    while True:
+        y = torch.randint(0, 2, (32,), generator=generator)
+        x = torch.randn(32, 1, 8, 8, generator=generator)
+        x[:, :, :4] += y[:, None, None, None]
+        yield x, y
+
+
+def sign_batches(seed: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Binary targets: is the first input positive."""
+    generator = torch.Generator().manual_seed(seed)
+    while True:
+        x = torch.randn(64, 8, generator=generator)
+        yield x, (x[:, :1] > 0).float()
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_other_healthy_models_raise_no_warning(seed: int) -> None:
+    torch.manual_seed(seed)
+    cnn = nn.Sequential(
+        nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 2),
+    )  # fmt: skip
+    classifier = nn.Sequential(mlp(activation=nn.GELU), nn.Sigmoid())
+    runs = [
+        trained(cnn, 60, lr=3e-3, data=image_batches(seed), loss_fn=nn.functional.cross_entropy),
+        trained(classifier, 80, lr=1e-2, data=sign_batches(seed), loss_fn=nn.functional.binary_cross_entropy),
+    ]
+    for results in runs:
+        assert float(results.losses[-5:].mean()) < 0.7 * float(results.losses[:5].mean())
+        assert [str(f) for f in diagnose(results) if f.severity != "info"] == []
 
 
 @pytest.mark.parametrize("every", [1, 4])

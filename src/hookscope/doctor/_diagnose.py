@@ -173,6 +173,19 @@ def diagnose(
         TypeError: `results` is not a `WatchResults`, or a check returned something else than findings.
         ValueError: an unknown check or threshold name, or a threshold out of range.
         RuntimeError: a check raised (the check's name is in the message; the cause is chained).
+
+    Example:
+        >>> import torch
+        >>> from hookscope.watch import WatchResults
+        >>> results = WatchResults(
+        ...     steps=torch.arange(3),
+        ...     layers={"0": "Linear", "1": "ReLU"},
+        ...     unit_activity={"1": torch.tensor([0.0, 0.0, 0.0, 0.4])},
+        ... )
+        >>> [str(finding) for finding in diagnose(results)]
+        ["warning: [dead_units] '1' at step 2: 3 of 4 units (75%) were never active (> 0) over 3 recorded steps"]
+        >>> diagnose(results, dead_unit_fraction=0.8, disable=["unobserved"])
+        []
     """
     if not isinstance(results, WatchResults):
         raise TypeError(f"results must be a hookscope WatchResults (from watch.results()), got {type(results)!r}")

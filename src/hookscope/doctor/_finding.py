@@ -118,6 +118,13 @@ def format_findings(findings: Sequence[Finding], *, limit: int | None = None) ->
 
     Raises:
         ValueError: `limit` is not a positive int or None.
+
+    Example:
+        >>> found = Finding("lr_too_high", "warning", None, 0, "updates 50x the guide", {}, "Lower the lr.")
+        >>> print(format_findings([found]))
+        hookscope doctor: 1 finding (1 warning)
+         1. WARNING lr_too_high (model) step 0: updates 50x the guide
+            -> Lower the lr.
     """
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ValueError(f"limit must be a positive int or None, got {limit!r}")
