@@ -50,6 +50,7 @@ class DemoRun:
     seconds: float
     lr: float
     activation_stats: ActivationStats
+    test_size: int = 0
     updates: dict[str, Any] = field(default_factory=dict)
 
 
@@ -68,8 +69,12 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
         model.train(was_training)
 
 
-def train_demo(config: DemoConfig, progress: Progress | None = None) -> DemoRun:
+def train_demo(
+    config: DemoConfig, progress: Progress | None = None, on_model: Callable[[nn.Module], None] | None = None
+) -> DemoRun:
     """Train the digits CNN as `config` says, with every monitor on; return what it recorded.
+
+    `on_model(model)` is called with the model (fault planted) before training starts, e.g. to print its summary.
 
     Raises:
         ValueError: `config.fault` is not one of `FAULTS`.
@@ -77,18 +82,20 @@ def train_demo(config: DemoConfig, progress: Progress | None = None) -> DemoRun:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a model this small trains fastest on one thread (and far faster on a busy machine)
     try:
-        return _train(config, progress)
+        return _train(config, progress, on_model)
     finally:
         torch.set_num_threads(threads)
 
 
-def _train(config: DemoConfig, progress: Progress | None) -> DemoRun:
+def _train(config: DemoConfig, progress: Progress | None, on_model: Callable[[nn.Module], None] | None) -> DemoRun:
     torch.manual_seed(config.seed)
     x_train, y_train, x_test, y_test = load_digits_split(seed=config.seed)
     model = DigitsCNN()
     lr = config.lr * apply_fault(model, config.fault)
     optimizer = torch.optim.Adam(model.named_parameters(), lr=lr)
-    stats = ActivationStats(with_hist=True)
+    if on_model is not None:
+        on_model(model)
+    stats = ActivationStats()
     updates = add_weight_update_monitor_hook(optimizer, log_interval=10)
     started = time.perf_counter()
     try:
@@ -98,7 +105,7 @@ def _train(config: DemoConfig, progress: Progress | None) -> DemoRun:
         updates["remove"]()
     seconds = time.perf_counter() - started
     accuracy = evaluate(model, x_test, y_test)
-    return DemoRun(config, model, watcher.results(), accuracy, seconds, lr, stats, updates)
+    return DemoRun(config, model, watcher.results(), accuracy, seconds, lr, stats, len(y_test), updates)
 
 
 def _fit(

@@ -101,7 +101,10 @@ def draw_lines(
     """Draw one line per named series on `ax`; a legend when there are few, colour by order when many."""
     from matplotlib import colormaps
 
-    colours = colormaps["viridis"](np.linspace(0.0, 0.9, max(len(series), 1)))
+    if len(series) <= 10:  # few lines: distinct colours, named in the legend
+        colours = colormaps["tab10"](np.arange(max(len(series), 1)))
+    else:  # many: dark to light in model order
+        colours = colormaps["viridis"](np.linspace(0.0, 0.9, len(series)))
     for (name, values), colour in zip(series.items(), colours, strict=False):
         shown = np.where(values > 0, values, np.nan) if log else values
         ax.plot(x[: len(shown)], shown, label=label(name), color=colour, linewidth=1.2)
@@ -113,6 +116,6 @@ def draw_lines(
     if not series:
         ax.text(0.5, 0.5, "nothing recorded", ha="center", va="center", transform=ax.transAxes)
     elif len(series) <= MAX_LEGEND:
-        ax.legend(fontsize="small", loc="best")
+        ax.legend(fontsize="x-small", loc="best", framealpha=0.6)
     else:
         ax.text(0.01, 0.99, f"{len(series)} series, dark = first", va="top", fontsize="small", transform=ax.transAxes)

@@ -11,7 +11,7 @@ The CLI (`hookscope demo`, `run`, `report`) writes its reports through here.
 from ._data import DOCUMENT_FILE, RESULTS_FILE, WEIGHTS_FILE
 from ._escape import neutralize, safe_filename
 from ._html import MAX_LAYERS
-from ._write import REPORT_FILE, render_report, write_report
+from ._write import REPORT_FILE, render_report, write_index, write_report
 
 __all__ = [
     "DOCUMENT_FILE",
@@ -22,5 +22,6 @@ __all__ = [
     "neutralize",
     "render_report",
     "safe_filename",
+    "write_index",
     "write_report",
 ]

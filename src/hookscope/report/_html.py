@@ -13,7 +13,7 @@ from ._escape import text
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["MAX_LAYERS", "render_page"]
+__all__ = ["CSP", "MAX_LAYERS", "figure_img", "render_page"]
 
 MAX_LAYERS = 100
 """The most layers drawn one by one; the others are named with a count (their series stay in the data file)."""
@@ -30,7 +30,7 @@ text-align:left;vertical-align:top}th{background:#eef1f6}.num{text-align:right;f
 img{max-width:100%;height:auto;display:block;margin:.4em 0}code{background:#eef1f6;padding:0 .2em}
 ul.findings{padding:0}.layer{margin-top:1.2em}
 """
-_CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
+CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 
 
 def figure_img(figure: Figure, alt: str, dpi: int = 80) -> str:
@@ -112,16 +112,32 @@ def _step(step: Any) -> str:
     return "" if step is None else f"step {step}"
 
 
+_SUMMARY_COLUMNS = ("path", "type", "input_shape", "output_shape", "params", "trainable", "flops", "mode", "hooks")
+
+
 def _summary(data: ReportData) -> str:
     summary = data.summary
     if summary is None:
         return "<section id='summary'><h2>Model summary</h2><p class='muted'>No model summary was given.</p></section>"
     rows = next((v for v in summary.values() if isinstance(v, list) and v and isinstance(v[0], dict)), [])
-    columns = list(dict.fromkeys(key for row in rows for key in row))
-    table = _table(columns, ([row.get(c) for c in columns] for row in rows)) if rows else ""
+    present = list(dict.fromkeys(key for row in rows for key in row))
+    columns = [c for c in _SUMMARY_COLUMNS if c in present and (c != "hooks" or any(r.get(c) for r in rows))]
+    columns = columns or present
+    cells = ([_summary_cell(row, c) for c in columns] for row in rows)
+    table = _table(columns, cells) if rows else ""
     totals = summary["totals"] if isinstance(summary.get("totals"), dict) else summary
     scalars = [(k, v) for k, v in totals.items() if not isinstance(v, (list, dict))]
     return f"<section id='summary'><h2>Model summary</h2>{table}{_table(('total', 'value'), scalars)}</section>"
+
+
+def _summary_cell(row: dict[str, Any], column: str) -> Any:
+    value = row.get(column)
+    if column == "path":
+        depth = row["depth"] if isinstance(row.get("depth"), int) else 0
+        return "\u00a0\u00a0" * depth + (str(value) if value else "(root)")
+    if isinstance(value, list) and column != "path":
+        return str(value) if value else ""
+    return value
 
 
 def _overview(data: ReportData) -> str:
@@ -193,7 +209,7 @@ def render_page(data: ReportData) -> str:
     body = "".join((_header(data), _findings(data), _summary(data), _overview(data), _layers(data), _details(data)))
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>hookscope report</title><style>{_CSS}</style></head><body>{body}</body></html>\n"
     )

@@ -13,9 +13,9 @@ import torch.nn as nn
 from .._io import atomic_write
 from ..watch import WatchResults
 from ._data import DOCUMENT_FILE, RESULTS_FILE, WEIGHTS_FILE, load_data, prepare_data, save_data
-from ._html import render_page
+from ._html import CSP, render_page
 
-__all__ = ["REPORT_FILE", "render_report", "write_report"]
+__all__ = ["REPORT_FILE", "render_report", "write_index", "write_report"]
 
 REPORT_FILE = "report.html"
 
@@ -100,3 +100,22 @@ def _umask() -> int:
     except OSError:
         pass
     return 0o022
+
+
+def write_index(out_dir: str | os.PathLike[str], pages: list[tuple[str, Path]], meta: Mapping[str, Any]) -> Path:
+    """Write `out_dir/report.html` linking to one report per model (`pages`: name and path relative to it)."""
+    from ._escape import text
+
+    items = "".join(
+        f'<li><a href="{text(page.as_posix())}">{text(name)}</a> <code>{text(page.parent.as_posix())}</code></li>'
+        for name, page in pages
+    )
+    status = text(meta.get("status", "completed"))
+    body = f"<h1>hookscope reports</h1><p>{len(pages)} models were watched (run {status}).</p><ul>{items}</ul>"
+    page = (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}"><title>hookscope reports</title>'
+        f"</head><body>{body}</body></html>\n"
+    )
+    folder = Path(out_dir)
+    return _readable(atomic_write(folder / REPORT_FILE, page), folder)

@@ -1,0 +1,5 @@
+"""`python -m hookscope`: the `hookscope` command."""
+
+from hookscope.cli import main
+
+raise SystemExit(main())

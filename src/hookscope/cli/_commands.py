@@ -1,0 +1,97 @@
+"""The subcommands: what each one does with its parsed arguments; each returns the exit code."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ._errors import UsageError
+
+__all__ = ["run_demo_command", "run_report_command", "run_run_command", "run_summary_command"]
+
+
+def _console(stderr: bool = False) -> Any:
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False)
+
+
+def run_demo_command(args: argparse.Namespace) -> int:
+    """`hookscope demo`: train, print the summary, accuracy and diagnosis, write the report."""
+    from ._demo import run_demo
+
+    _check_out(args.out)
+    return run_demo(Path(args.out), args.epochs, args.fault, _console())
+
+
+def run_summary_command(args: argparse.Namespace) -> int:
+    """`hookscope summary TARGET --input-shape ...`: print the model's full summary."""
+    from ..summary import summary
+    from ._target import load_target, parse_shapes
+
+    shapes = parse_shapes(args.input_shape)
+    model = load_target(args.target, trust=args.trust)
+    result = summary(model, input_size=shapes[0] if len(shapes) == 1 else shapes)
+    console = _console()
+    if console.is_terminal:
+        console.print(result)
+    else:
+        print(result.to_text(shape_width=None))
+    return 0
+
+
+def run_report_command(args: argparse.Namespace) -> int:
+    """`hookscope report DIR`: draw the page again from the saved data."""
+    from ..report import render_report
+
+    folder = Path(args.dir)
+    if not folder.is_dir():
+        raise UsageError(f"DIR must be a report folder, got {args.dir!r} (no such folder)")
+    try:
+        page = render_report(folder)
+    except FileNotFoundError as err:
+        raise UsageError(str(err)) from err
+    print(f"report written to {page}")
+    return 0
+
+
+def run_run_command(args: argparse.Namespace) -> int:
+    """`hookscope run script.py ...`: run the script watched, write the report however it ends."""
+    from ._report import write_run_reports
+    from ._script import run_script
+    from ._session import RunSession
+
+    script = Path(args.script)
+    if not script.is_file():
+        raise UsageError(f"script.py must be an existing file, got {args.script!r}")
+    _check_out(args.out)
+    session = RunSession(every=args.every, select=args.select)
+    started = time.time()
+    session.install()
+    try:
+        end = run_script(script, list(args.script_args))
+    finally:
+        session.remove()
+    if end.status != "completed":
+        print(
+            f"hookscope: the script {end.status} ({end.error}); writing the report of what was recorded",
+            file=sys.stderr,
+        )
+    command = shlex.join(["hookscope", "run", str(script), *args.script_args])
+    meta = {"script": str(script), "command": command, "status": end.status, "exit_code": end.exit_code}
+    if end.error:
+        meta["error"] = end.error
+    meta["seconds"] = round(time.time() - started, 2)
+    page = write_run_reports(Path(args.out), session, meta)
+    print(f"hookscope: report written to {page}", file=sys.stderr)
+    return end.exit_code
+
+
+def _check_out(out: str) -> None:
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"--out must be a folder, got the file {out!r}")

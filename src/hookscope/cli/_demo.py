@@ -1,0 +1,84 @@
+"""`hookscope demo`: train the digits CNN with a progress bar, print what hookscope saw, write the report."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import torch.nn as nn
+
+from ..demo import FAULTS, DemoConfig, DemoRun, train_demo
+
+__all__ = ["run_demo"]
+
+
+def run_demo(out: Path, epochs: int, fault: str | None, console: Any) -> int:
+    """Run the demo, print it to `console` (a rich Console), write the report into `out`; return 0."""
+    from ..doctor import diagnose, format_findings
+    from ..report import write_report
+
+    started = time.perf_counter()
+    config = DemoConfig(epochs=epochs, fault=fault)
+    console.print("[bold]hookscope demo[/]: a small CNN learns scikit-learn's bundled 8x8 handwritten digits")
+    if fault:
+        console.print(f"[bold red]planted fault[/] {fault}: {FAULTS[fault].description}")
+    run, model_summary = _train(config, console)
+    console.print(
+        f"held-out accuracy: [bold]{run.accuracy:.1%}[/] on {run.test_size} images after {epochs} epochs "
+        f"({run.seconds:.1f} s of training)"
+    )
+    console.print(_layer_table(run))
+    findings = diagnose(run.results)
+    console.print(format_findings(findings), markup=False, highlight=False)
+    meta = {"model": "DigitsCNN", "command": _command(epochs, fault), "epochs": epochs, "fault": fault or "none"}
+    meta.update(accuracy=round(run.accuracy, 4), learning_rate=run.lr, train_seconds=round(run.seconds, 2))
+    page = write_report(out, run.results, summary=model_summary, findings=findings, meta=meta, weights=run.model)
+    console.print(f"report: [bold]{page}[/] (demo took {time.perf_counter() - started:.1f} s)")
+    return 0
+
+
+def _train(config: DemoConfig, console: Any) -> tuple[DemoRun, Any]:
+    """Train under a progress bar; print the model's summary before the first batch."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ..summary import summary
+
+    summaries: list[Any] = []
+
+    def show_summary(model: nn.Module) -> None:
+        summaries.append(summary(model, input_size=(config.batch_size, 1, 8, 8)))
+        console.print(summaries[0])
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console) as progress:
+        task = progress.add_task("training", total=None)
+
+        def advance(done: int, total: int, loss: float | None) -> None:
+            epoch = f"epoch {math.ceil(done * config.epochs / total)}/{config.epochs}"
+            description = f"{epoch} loss {loss:.3f}" if loss is not None else None
+            progress.update(task, completed=done, total=total, description=description)
+
+        run = train_demo(config, advance, show_summary)
+    return run, summaries[0] if summaries else None
+
+
+def _command(epochs: int, fault: str | None) -> str:
+    flags = (f" --epochs {epochs}" if epochs != DemoConfig.epochs else "") + (f" --fault {fault}" if fault else "")
+    return f"hookscope demo{flags}"
+
+
+def _layer_table(run: DemoRun) -> Any:
+    """Each weighted layer at the last batch: ActivationStats' mean/std/% near zero, the update/weight ratio."""
+    from rich.table import Table
+
+    table = Table(title="last batch: activations (ActivationStats), updates (weight update monitor)")
+    for name in ("layer", "mean", "std", "% near zero", "update / weight"):
+        table.add_column(name, justify="left" if name == "layer" else "right")
+    stats, history = run.activation_stats, run.updates.get("update_history", {})
+    for index, path in enumerate(stats.paths):
+        means, stds, near = (float(series[-1]) for series in stats.layer_stats(index))
+        ratio = float((history.get(f"{path}.weight") or [math.nan])[-1])
+        table.add_row(path, f"{means:.3f}", f"{stds:.3f}", f"{near:.0%}", f"{ratio:.1e}")
+    return table
