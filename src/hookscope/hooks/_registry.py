@@ -7,6 +7,7 @@ registry by itself.
 
 from __future__ import annotations
 
+import collections
 import contextvars
 import itertools
 import threading
@@ -169,6 +170,7 @@ class HookRegistry:
         self._handles: dict[int, HookHandle] = {}
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
+        self._forgotten: collections.deque[int] = collections.deque()
 
     def add(
         self,
@@ -186,6 +188,7 @@ class HookRegistry:
             raise ValueError(f"kind must be one of {sorted(KINDS)}, got {kind!r}")
         torch_ids = frozenset(_torch_id(h) for h in torch_handles)
         with self._lock:
+            self._purge()
             handle = HookHandle(
                 self, next(self._ids), kind, removers, target=target, owner=owner, path=path,
                 tags=frozenset(tags), torch_ids=torch_ids,
@@ -199,14 +202,29 @@ class HookRegistry:
     def handles(self) -> list[HookHandle]:
         """The live handles, oldest first."""
         with self._lock:
+            self._purge()
             return list(self._handles.values())
 
     def __len__(self) -> int:
-        return len(self._handles)
+        with self._lock:
+            self._purge()
+            return len(self._handles)
 
     def _forget(self, hook_id: int) -> None:
-        with self._lock:
-            self._handles.pop(hook_id, None)
+        # This runs from weakref callbacks, which the garbage collector may fire inside a locked section of this
+        # same thread (any allocation there can trigger a collection): never block on the lock here, or that
+        # thread deadlocks. Queue the id; whoever holds the lock next purges it.
+        self._forgotten.append(hook_id)
+        if self._lock.acquire(blocking=False):
+            try:
+                self._purge()
+            finally:
+                self._lock.release()
+
+    def _purge(self) -> None:
+        """Drop the queued ids; call with the lock held."""
+        while self._forgotten:
+            self._handles.pop(self._forgotten.popleft(), None)
 
     def _target_died(self, hook_id: int) -> Callable[[object], None]:
         registry = weakref.ref(self)
