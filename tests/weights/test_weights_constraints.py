@@ -197,3 +197,18 @@ def test_constraint_hooks_do_not_keep_the_model_alive() -> None:
         assert reference() is None
     finally:
         gc.enable()
+
+
+class _WrappedSGD(torch.optim.SGD):
+    def step(self, closure=None):  # type: ignore[no-untyped-def]
+        return super().step(closure)
+
+
+def test_step_mode_runs_once_per_step_for_a_subclass_calling_super_step() -> None:
+    torch.optim.SGD(make_mlp().parameters(), lr=0.1)  # wraps SGD.step with torch's hook caller
+    model = make_mlp()
+    optimizer = _WrappedSGD(model.parameters(), lr=0.1)
+    handle = register_constraint(model, MaxNorm(0.1), optimizer=optimizer)
+    for _ in range(3):
+        train_step(model, optimizer, torch.randn(2, 4))
+    assert handle.applications == {"0": 3, "2": 3}

@@ -206,3 +206,47 @@ def test_analyze_reads_the_monitor_history() -> None:
     summary = analyze_weight_updates(data["update_history"], window_size=2)
     assert summary["2.bias"]["last"] == data["update_history"]["2.bias"][-1]
     assert summary["2.bias"]["mean"] == pytest.approx(np.mean(data["update_history"]["2.bias"][-2:]))
+
+
+class _CountingSGD(torch.optim.SGD):
+    """An optimizer that changes a group hyperparameter inside step, as some custom optimizers do."""
+
+    def step(self, closure=None):  # type: ignore[no-untyped-def]
+        for group in self.param_groups:
+            group["calls"] = group.get("calls", 0) + 1
+        return super().step(closure)
+
+
+def test_restore_puts_back_hyperparameters_the_step_changed_but_keeps_a_schedulers_change() -> None:
+    model = make_mlp()
+    optimizer = _CountingSGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    data = add_weight_update_monitor_hook(optimizer)
+    train_step(model, optimizer, torch.randn(2, 4))
+    train_step(model, optimizer, torch.randn(2, 4))
+    scheduler.step()
+    restore_optimizer_step(optimizer, data)
+    assert optimizer.param_groups[0]["calls"] == 1  # changed by the undone step: put back
+    assert optimizer.param_groups[0]["lr"] == 0.05  # changed by the scheduler after it: kept
+    first = _CountingSGD(make_mlp().parameters(), lr=0.1)
+    first_data = add_weight_update_monitor_hook(first)
+    first.step()
+    restore_optimizer_step(first, first_data)
+    assert "calls" not in first.param_groups[0]  # added by the undone step: removed
+
+
+def test_a_subclass_calling_super_step_is_one_step() -> None:
+    torch.optim.SGD(make_mlp().parameters(), lr=0.1)  # wraps SGD.step with torch's hook caller
+    model = make_mlp()
+    reference = copy.deepcopy(model)
+    optimizer = _CountingSGD(model.parameters(), lr=0.1, momentum=0.9)  # its hooks now fire at both levels
+    reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
+    data = add_weight_update_monitor_hook(optimizer, log_interval=1)
+    batches = [torch.randn(2, 4) for _ in range(3)]
+    for batch in batches[:2]:
+        train_step(model, optimizer, batch)
+        train_step(reference, reference_optimizer, batch)
+    assert data["step"] == 2 and len(data["update_norms"]["group0.param0"]) == 2
+    train_step(model, optimizer, batches[2])
+    restore_optimizer_step(optimizer, data)
+    _assert_same(model, reference, optimizer, reference_optimizer)

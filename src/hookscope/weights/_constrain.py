@@ -16,6 +16,7 @@ from torch.nn.utils import parametrize
 from ..hooks import HookHandle, Selector, normalize_path, register_module_hook, register_optimizer_hook
 from ._constraints import Constraint, MaxNorm, check_constraint
 from ._layers import weight_layers, weight_parameter
+from ._nested import is_nested_step
 
 __all__ = [
     "CONSTRAINT_MODES",
@@ -195,7 +196,7 @@ def _after_step(handle: ConstraintHandle) -> Callable[[torch.optim.Optimizer, An
 
     def hook(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         alive = reference()
-        if alive is not None:
+        if alive is not None and not is_nested_step(optimizer):
             alive.apply()
 
     return hook

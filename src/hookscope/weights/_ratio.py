@@ -11,6 +11,7 @@ import torch.nn as nn
 
 from ..hooks import HookHandle, Selector, register_optimizer_hook
 from ._layers import weight_layers, weight_parameter
+from ._nested import is_nested_step
 from ._rows import RowLog
 from ._updates import update_ratio
 
@@ -100,6 +101,8 @@ class UpdateRatioMonitor:
         self.detach()
 
     def _before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if is_nested_step(optimizer):
+            return
         with torch.no_grad():
             if len(self._before) != len(self._weights):
                 self._before = [w.detach().clone() for w in self._weights]
@@ -107,6 +110,8 @@ class UpdateRatioMonitor:
                 torch._foreach_copy_(self._before, [w.detach() for w in self._weights])
 
     def _after_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if is_nested_step(optimizer):
+            return
         with torch.no_grad():
             device = self._weights[0].device
             update = torch.stack([_norm(w - b).to(device) for w, b in zip(self._weights, self._before, strict=True)])

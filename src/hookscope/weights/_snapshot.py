@@ -21,6 +21,9 @@ class OptimizerSnapshot:
     `take` reuses the buffers of the previous snapshot where shapes, dtypes and devices match, so a snapshot per
     step allocates nothing after the first. `restore` writes every value back in place and deletes state the
     step created, so the next step computes exactly what it would have without the undone one.
+
+    Group hyperparameters (`lr`, `betas`, ...) are put back only where the step itself changed them (noted by
+    `note_step` right after it; torch's optimizers never do): a scheduler's change after the step is kept.
     """
 
     def __init__(self) -> None:
@@ -28,6 +31,7 @@ class OptimizerSnapshot:
         self.params: list[torch.Tensor] = []
         self.states: list[dict[str, Any] | None] = []
         self.groups: list[dict[str, Any]] = []
+        self.group_changes: list[dict[str, Any]] = []
 
     def take(self, optimizer: torch.optim.Optimizer) -> None:
         """Copy the parameters, state and hyperparameters of `optimizer` now (no host sync)."""
@@ -35,8 +39,16 @@ class OptimizerSnapshot:
         self.params = _copy_list(self.params, params)
         old_states = self.states if len(self.states) == len(params) else [None] * len(params)
         self.states = [_copy_state(old, optimizer.state.get(p)) for old, p in zip(old_states, params, strict=True)]
-        self.groups = [_copy_state(None, _hyperparameters(group)) or {} for group in optimizer.param_groups]
+        self.groups = [_plain_hyperparameters(group) for group in optimizer.param_groups]
+        self.group_changes = []
         self.param_ids = tuple(id(p) for p in params)
+
+    def note_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Note which plain (non-tensor) group hyperparameters the step just taken changed or added."""
+        self.group_changes = []
+        for group, saved in zip(optimizer.param_groups, self.groups, strict=False):
+            now = _plain_hyperparameters(group)
+            self.group_changes.append({k: saved.get(k, _ADDED) for k, v in now.items() if saved.get(k, _ADDED) != v})
 
     def restore(self, optimizer: torch.optim.Optimizer) -> None:
         """Write the snapshot back into `optimizer`, its parameters and its state, in place.
@@ -58,8 +70,19 @@ class OptimizerSnapshot:
                 optimizer.state.pop(param, None)
             else:
                 _restore_state(optimizer.state[param], saved_state)
-        for group, saved_group in zip(optimizer.param_groups, self.groups, strict=False):
-            _restore_state(group, saved_group, keep=("params", "param_names"))
+        for group, changes in zip(optimizer.param_groups, self.group_changes, strict=False):
+            for key, value in changes.items():
+                if value is _ADDED:
+                    group.pop(key, None)
+                else:
+                    group[key] = copy.deepcopy(value)
+
+
+_ADDED = object()  # marks a group key the step added
+
+
+def _plain_hyperparameters(group: dict[str, Any]) -> dict[str, Any]:
+    return {k: copy.deepcopy(v) for k, v in _hyperparameters(group).items() if not isinstance(v, torch.Tensor)}
 
 
 def _hyperparameters(group: dict[str, Any]) -> dict[str, Any]:
@@ -94,8 +117,8 @@ def _copy_state(old: dict[str, Any] | None, state: dict[str, Any] | None) -> dic
     }
 
 
-def _restore_state(current: dict[str, Any], saved: dict[str, Any], keep: tuple[str, ...] = ()) -> None:
-    for key in [k for k in current if k not in saved and k not in keep]:
+def _restore_state(current: dict[str, Any], saved: dict[str, Any]) -> None:
+    for key in [k for k in current if k not in saved]:
         del current[key]
     for key, value in saved.items():
         now = current.get(key)

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from ..hooks import normalize_path, register_optimizer_hook
+from ._nested import is_nested_step
 from ._rows import LazyMapping
 from ._snapshot import OptimizerSnapshot, optimizer_params
 
@@ -65,10 +66,15 @@ class _UpdateTracker:
         self.restorable = False
 
     def before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if is_nested_step(optimizer):
+            return
         self.restorable = False  # the snapshot of the previous step is about to be overwritten
         self.snapshot.take(optimizer)
 
     def after_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if is_nested_step(optimizer):
+            return
+        self.snapshot.note_step(optimizer)
         params = optimizer_params(optimizer)
         names = tuple(optimizer_param_names(optimizer))
         with torch.no_grad():
@@ -185,8 +191,9 @@ def add_weight_update_monitor_hook(optimizer: torch.optim.Optimizer, log_interva
 def restore_optimizer_step(optimizer: torch.optim.Optimizer, hook_data: Mapping[str, Any]) -> None:
     """Undo the most recent `optimizer.step()` watched by `hook_data`, bit for bit.
 
-    Every parameter and the optimizer's state (momentum buffers, Adam moments, step counts, hyperparameters)
-    go back to what they were before that step, so the next step is exactly what it would have been.
+    Every parameter and the optimizer's state (momentum buffers, Adam moments, step counts) go back to what
+    they were before that step, so the next step is exactly what it would have been. Group hyperparameters go
+    back only where the step itself changed them, so an LR scheduler's change made after the step is kept.
     `hook_data["step"]` goes back by one and the records of the undone step are removed. Only one step can be
     undone. The gradients are left as they are.
 
