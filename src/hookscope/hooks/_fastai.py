@@ -57,6 +57,11 @@ class Hook:
         self.call_index = 0
         self.handle = self._register(m)
 
+    def __reduce__(self) -> tuple[type[_InertHook], tuple[()]]:
+        # torch.save(model) and copy.deepcopy(model) reach this object through the module's hook dict: the copy
+        # gets a hook that records nothing, so it never writes into this one and no stored data is serialized.
+        return (_InertHook, ())
+
     def _register(self, m: nn.Module) -> HookHandle:
         kind = "forward" if self.is_forward else "backward"
         return register_module_hook(m, kind, self.hook_fn, owner=self, tags=("Hook",))
@@ -90,6 +95,28 @@ class Hook:
 
     def __exit__(self, *exc_info: object) -> None:
         self.remove()
+
+
+class _InertHook:
+    """Stands in for a `Hook` inside a pickled or deep-copied model: every hook method records nothing.
+
+    `copy.deepcopy` keeps a bound method's function and copies only its `self`, so `Hook.hook_fn` may run with
+    this object as `self`: the attributes below make it store `None` here and nowhere else.
+    """
+
+    stored = None
+    detach = cpu = gather = False
+    call_index = 0
+
+    @staticmethod
+    def hook_func(*args: Any) -> None:
+        return None
+
+    def hook_fn(self, *args: Any) -> None:
+        return None
+
+    def _on_grads(self, *args: Any) -> None:
+        return None
 
 
 class _OutputGradHook(Hook):

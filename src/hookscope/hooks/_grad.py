@@ -70,34 +70,62 @@ def register_output_grad_hook(
     require grad (no-grad or eval passes, integer outputs) produce no call.
     """
     pending = _PendingCalls()
-
-    def forward_hook(mod: nn.Module, args: Any, output: Any) -> None:
-        tensors = [t for _, t in tensor_leaves(output)]
-        leaves = [t for t in tensors if t.requires_grad]
-        if not leaves or not pending.active:
-            if not tensors and not isinstance(output, (type(None), str, int, float, bool)) and pending.warn:
-                pending.warn = False
-                warnings.warn(
-                    f"the output of {type(mod).__name__} is a {type(output).__name__}, which holds no tensor in a "
-                    "tuple, list or dict: its gradient is unsupported and will not be observed; observe the module "
-                    "that produces its tensors instead",
-                    UnsupportedOutputWarning,
-                    stacklevel=2,
-                )
-            return
-        token, index = pending.start()
-
-        def on_grads(grads: Any) -> None:
-            pending.finish(token)
-            if pending.active:
-                hook(mod, tuple(grads), index)
-
-        torch.autograd.graph.register_multi_grad_hook(leaves, on_grads, mode="all")
-
+    forward_hook = _OutputGradForwardHook(hook, pending)
     handle = register_module_hook(module, "forward", forward_hook, owner=owner, path=path, tags=tags, prepend=prepend)
     handle.kind = "output_grad"
     handle._removers = [*(handle._removers or []), _deactivate(pending)]
     return handle
+
+
+def _inert_hook(*args: Any) -> None:
+    """What a pickled or deep-copied model gets in place of a hookscope hook: it records nothing."""
+    return None
+
+
+class _OutputGradForwardHook:
+    """The forward hook that arms one multi-grad hook per call; pickles (torch.save, deepcopy) as inert."""
+
+    def __init__(self, hook: OutputGradHook, pending: _PendingCalls) -> None:
+        self.hook = hook
+        self.pending = pending
+
+    def __reduce__(self) -> tuple[Callable[..., None], tuple[()]]:
+        return (_make_inert, ())
+
+    def __call__(self, module: nn.Module, args: Any, output: Any) -> None:
+        tensors = [t for _, t in tensor_leaves(output)]
+        leaves = [t for t in tensors if t.requires_grad]
+        if not leaves or not self.pending.active:
+            if not tensors and not isinstance(output, (type(None), str, int, float, bool)):
+                self._warn_unsupported(module, output)
+            return
+        token, index = self.pending.start()
+        # The autograd graph keeps this closure until it is freed: hold the module weakly so it never keeps it.
+        module_ref, hook, pending = weakref.ref(module), self.hook, self.pending
+
+        def on_grads(grads: Any) -> None:
+            pending.finish(token)
+            alive = module_ref()
+            if pending.active and alive is not None:
+                hook(alive, tuple(grads), index)
+
+        torch.autograd.graph.register_multi_grad_hook(leaves, on_grads, mode="all")
+
+    def _warn_unsupported(self, module: nn.Module, output: Any) -> None:
+        if not self.pending.warn:
+            return
+        self.pending.warn = False
+        warnings.warn(
+            f"the output of {type(module).__name__} is a {type(output).__name__}, which holds no tensor in a tuple, "
+            "list or dict: its gradient is unsupported and will not be observed; observe the module that produces "
+            "its tensors instead",
+            UnsupportedOutputWarning,
+            stacklevel=3,
+        )
+
+
+def _make_inert() -> Callable[..., None]:
+    return _inert_hook
 
 
 def _deactivate(pending: _PendingCalls) -> Callable[[], None]:
