@@ -89,7 +89,7 @@ class _OutputGradForwardHook:
         self.hook = hook
         self.pending = pending
 
-    def __reduce__(self) -> tuple[Callable[..., None], tuple[()]]:
+    def __reduce__(self) -> tuple[Callable[[], Callable[..., None]], tuple[()]]:
         return (_make_inert, ())
 
     def __call__(self, module: nn.Module, args: Any, output: Any) -> None:
