@@ -36,11 +36,21 @@ def hookscope(capsys: pytest.CaptureFixture[str]) -> Callable[..., Outcome]:
     return run
 
 
-def write_script(folder: Path, name: str, body: str) -> Path:
-    """Write a training script into `folder` and return its path."""
-    path = folder / name
-    path.write_text(body)
-    return path
+@pytest.fixture
+def examples() -> Path:
+    return EXAMPLES
+
+
+@pytest.fixture
+def training_script(tmp_path: Path) -> Callable[..., Path]:
+    """Write a tiny training script (see `tiny_training`) into `tmp_path`; return its path."""
+
+    def write(steps: int = 6, before_step: str = "pass", name: str = "train.py", body: str | None = None) -> Path:
+        path = tmp_path / name
+        path.write_text(body if body is not None else tiny_training(steps, before_step))
+        return path
+
+    return write
 
 
 TINY_TRAINING = """

@@ -48,7 +48,7 @@ def known_results(layers: tuple[str, ...] = ("0", "2"), steps: int = 5) -> Watch
     return results
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def make_results() -> Callable[..., WatchResults]:
     return known_results
 

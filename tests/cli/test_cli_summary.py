@@ -1,0 +1,129 @@
+"""`hookscope summary TARGET --input-shape ...`: loads factories by import or file path, refuses pickles."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+
+from hookscope.summary import summary
+
+MODELS = """
+import torch.nn as nn
+
+def build():
+    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+
+class Factory:
+    @staticmethod
+    def make():
+        return nn.Linear(3, 3)
+
+model = nn.Linear(2, 5)
+not_a_model = 7
+
+def broken():
+    return "model"
+"""
+
+
+@pytest.fixture
+def models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "zoo_models.py"
+    path.write_text(MODELS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return path
+
+
+def expected(model: nn.Module, shape: tuple[int, ...]) -> str:
+    return summary(model, input_size=shape).to_text(shape_width=None)
+
+
+def test_summary_of_an_import_path_factory(models: Path, hookscope: Callable[..., object]) -> None:
+    done = hookscope("summary", "zoo_models:build", "--input-shape", "2,4")
+    assert done.code == 0, done.err
+    torch.manual_seed(0)
+    reference = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    assert done.out.strip() == expected(reference, (2, 4)).strip()
+    assert "Total params: 58" in done.out  # 4*8+8 + 8*2+2
+
+
+def test_summary_of_a_file_factory_a_nested_factory_and_a_module(models: Path, hookscope: Callable[..., object]):
+    done = hookscope("summary", f"{models}:Factory.make", "--input-shape", "1,3")
+    assert done.code == 0 and "Total params: 12" in done.out
+    done = hookscope("summary", "zoo_models:model", "--input-shape", "1x2")
+    assert done.code == 0 and "Total params: 15" in done.out
+
+
+def test_several_inputs_are_separated_by_semicolons(tmp_path: Path, hookscope: Callable[..., object]) -> None:
+    path = tmp_path / "two.py"
+    path.write_text(
+        "import torch.nn as nn\nclass Two(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.a, self.b = nn.Linear(2, 3), nn.Linear(5, 3)\n"
+        "    def forward(self, x, y):\n        return self.a(x) + self.b(y)\n"
+    )
+    done = hookscope("summary", f"{path}:Two", "--input-shape", "1,2;1,5")
+    assert done.code == 0, done.err
+    assert "Total params: 27" in done.out  # 2*3+3 + 5*3+3
+
+
+@pytest.mark.parametrize(
+    ("target", "shape", "message"),
+    [
+        ("zoo_models:build", "2,x", r"--input-shape must be comma-separated positive ints like 1,3,32,32, got '2,x'"),
+        ("zoo_models:build", "2,0", r"--input-shape must be comma-separated positive ints"),
+        ("zoo_models:nothing", "2,4", r"TARGET 'zoo_models:nothing': 'zoo_models' has no attribute 'nothing'"),
+        ("no_such_package.mod:f", "2,4", r"TARGET 'no_such_package.mod:f': cannot import 'no_such_package.mod'"),
+        ("zoo_models:not_a_model", "2,4", r"TARGET 'zoo_models:not_a_model' must name a callable that returns"),
+        ("zoo_models:broken", "2,4", r"TARGET 'zoo_models:broken' must return a torch.nn.Module, got str"),
+        ("missing.py:build", "2,4", r"TARGET 'missing.py:build': file 'missing.py' does not exist"),
+        ("zoo_models", "2,4", r"TARGET must be package.module:factory or path/to/file.py:factory"),
+        (":build", "2,4", r"TARGET must be package.module:factory or path/to/file.py:factory, got ':build'"),
+    ],
+)
+def test_user_mistakes_are_one_line_and_exit_2(
+    models: Path, hookscope: Callable[..., object], target: str, shape: str, message: str
+) -> None:
+    done = hookscope("summary", target, "--input-shape", shape)
+    assert done.code == 2 and done.out == ""
+    (line,) = done.err.strip().splitlines()
+    assert line.startswith("hookscope: error: ") and re.search(message, line), line
+    assert line.endswith("(--verbose shows the traceback)")
+
+
+def test_a_forward_that_fails_is_one_line_and_verbose_shows_the_traceback(
+    models: Path, hookscope: Callable[..., object]
+) -> None:
+    done = hookscope("summary", "zoo_models:build", "--input-shape", "2,3")
+    assert done.code == 1
+    (line,) = done.err.strip().splitlines()
+    assert line.startswith("hookscope: error: ") and "Traceback" not in done.err
+    done = hookscope("summary", "zoo_models:build", "--input-shape", "2,3", "--verbose")
+    assert done.code == 1 and "Traceback (most recent call last)" in done.err
+    assert "(--verbose shows the traceback)" not in done.err
+
+
+def test_missing_input_shape_is_a_usage_error(models: Path, hookscope: Callable[..., object]) -> None:
+    done = hookscope("summary", "zoo_models:build")
+    assert done.code == 2 and "the following arguments are required: --input-shape" in done.err
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.*` is deprecated:DeprecationWarning")
+def test_pickled_and_torchscript_models_need_trust(tmp_path: Path, hookscope: Callable[..., object]) -> None:
+    pickled, scripted = tmp_path / "model.pt", tmp_path / "scripted.pt"
+    torch.save(nn.Linear(4, 2), pickled)
+    torch.jit.script(nn.Linear(4, 2)).save(str(scripted))
+    for path in (pickled, scripted):
+        done = hookscope("summary", str(path), "--input-shape", "1,4")
+        assert done.code == 2
+        assert (
+            f"TARGET {str(path)!r} is a saved model file: loading a pickled model or TorchScript runs code" in done.err
+        )
+    done = hookscope("summary", str(pickled), "--input-shape", "1,4", "--trust")
+    assert done.code == 0 and "Total params: 10" in done.out
+    done = hookscope("summary", str(scripted), "--input-shape", "1,4", "--trust")
+    assert done.code == 1 and "ScriptModule" in done.err and len(done.err.strip().splitlines()) == 1
