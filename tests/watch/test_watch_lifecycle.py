@@ -255,3 +255,32 @@ def test_doctor_warns_once_per_finding() -> None:
     dead = [m for m in messages if "never active" in m]
     assert len(dead) == 1 and "'1'" in dead[0]
     assert math.isfinite(float(w.results().activations["1"]["mean"][0]))
+
+
+def test_a_user_hook_that_raises_leaves_no_watch_hook_behind() -> None:
+    from hookscope.hooks import register_module_hook
+
+    model = mlp()
+
+    def broken(module: nn.Module, args: object, output: object) -> None:
+        raise KeyError("user hook")
+
+    with register_module_hook(model[2], "forward", broken):
+        before = {id(m): len(m._forward_hooks) for m in model.modules()}
+        with pytest.raises(KeyError, match="user hook"), watch(model):
+            model(torch.randn(2, 3))
+        assert {id(m): len(m._forward_hooks) for m in model.modules()} == before
+    assert no_hooks(model)
+
+
+def test_summary_lists_layers_loss_and_problems() -> None:
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with watch(model, opt) as w:
+        train(model, opt, 3, w)
+        model(torch.full((1, 3), float("nan")))
+    text = w.results().summary()
+    lines = text.splitlines()
+    assert lines[0] == "WatchResults: 4 recorded steps, 3 layers"
+    assert lines[2].split()[:2] == ["0", "Linear"] and lines[2].split()[-1] == "8"
+    assert "first non-finite (forward): '0' at step 3" in text

@@ -83,6 +83,7 @@ class ActivationStats(HookCallback):
 
     def _reset(self) -> None:
         self._row = -1
+        self._row_views: tuple[tuple[torch.Tensor, ...], ...] | None = None
         self._records = 0
         self._counts: list[list[int]] = []
         self._moments: torch.Tensor | None = None  # (rows, modules, 3): mean, population variance, count <= nz
@@ -106,6 +107,7 @@ class ActivationStats(HookCallback):
             self._drop()
             return
         self._row = self._records
+        self._row_views = None
         self._records += 1
         self._counts.append([0] * len(self.paths))
         self._cache = None
@@ -155,32 +157,35 @@ class ActivationStats(HookCallback):
         if self.cpu:
             x = x.cpu()
         xf = x if x.dtype == torch.float32 else x.float()
-        var, mean = torch.var_mean(xf, correction=0)
-        moments = torch.stack((mean, var, (xf <= self.near_zero).sum(dtype=torch.float32)))
         count, n = self._counts[row][index], xf.numel()
-        buffer = self._buffer(row, xf.device)
+        moments = _moments(xf, n, self.near_zero)
+        views = self._row_views or self._make_row_views(row, xf.device)
         if count == 0:
-            buffer[row, index].copy_(moments)
+            views[0][index].copy_(moments)
         else:
-            _merge_moments(buffer[row, index], moments, count, n)
+            _merge_moments(views[0][index], moments, count, n)
         self._counts[row][index] = count + n
         if self.with_hist:
-            self._record_hist(row, index, xf, count == 0)
+            self._record_hist(views[1][index], index, xf, count == 0)
 
-    def _record_hist(self, row: int, index: int, xf: torch.Tensor, first: bool) -> None:
+    def _make_row_views(self, row: int, device: torch.device) -> tuple[tuple[torch.Tensor, ...], ...]:
+        """Per-module views of the open record's rows, made once per record (no indexing in the hooks)."""
+        moments = self._buffer(row, device)
+        hists = self._hists[row].unbind(0) if self._hists is not None else ()
+        self._row_views = (moments[row].unbind(0), hists)
+        return self._row_views
+
+    def _record_hist(self, target: torch.Tensor, index: int, xf: torch.Tensor, first: bool) -> None:
         scale_shift = self._scales[index]
         if scale_shift is None:
             scale_shift = self._scales[index] = _hist_scale(xf, self.hist_bins, self.hist_range)
         scale, shift = scale_shift
         bins = self.hist_bins
         counts = torch.histc(torch.addcmul(shift, xf, scale).clamp_(0, bins), bins, 0, bins)
-        hists = self._hists
-        if hists is None:  # allocated with the moments, before the first histogram
-            return
         if first:
-            hists[row, index].copy_(counts)
+            target.copy_(counts)
         else:
-            hists[row, index].add_(counts)
+            target.add_(counts)
 
     def _buffer(self, row: int, device: torch.device) -> torch.Tensor:
         moments = self._moments
@@ -330,6 +335,14 @@ def _first_float(output: Any) -> torch.Tensor | None:
         if tensor.is_floating_point():
             return tensor
     return None
+
+
+def _moments(xf: torch.Tensor, n: int, near_zero: float) -> torch.Tensor:
+    """(mean, population variance, count <= near_zero) of `xf`, with vectorized kernels only (two-pass variance;
+    the count sums a float 0/1 tensor, much faster on the CPU than reducing a bool one)."""
+    mean = xf.sum() / n
+    spread = torch.linalg.vector_norm(xf - mean)
+    return torch.stack((mean, spread * spread / n, (xf - near_zero).le_(0).sum()))
 
 
 def _merge_moments(target: torch.Tensor, new: torch.Tensor, count: int, n: int) -> None:

@@ -64,12 +64,13 @@ class StepBuffers:
         self.next_id = 0  # the id the next row gets
         self.steps = [0] * rows
         self.counts = [[0] * modules for _ in range(rows)]  # values observed per (slot, module)
-        self.grad_calls = [[0] * modules for _ in range(rows)]  # gradients received per (slot, module)
+        self.grad_values = [[0] * modules for _ in range(rows)]  # gradient values received per (slot, module)
         self.param_seen = [False] * rows
         self.ratio_seen = [False] * rows
         self.loss_calls = [0] * rows
         self.device: torch.device | None = None
         self.tensors: dict[str, torch.Tensor] = {}
+        self._views: list[dict[str, tuple[torch.Tensor, ...]]] = [{} for _ in range(rows)]
 
     def allocate(self, device: torch.device) -> None:
         """Allocate the device tensors on `device` (once)."""
@@ -103,10 +104,18 @@ class StepBuffers:
         self.next_id += 1
         self.steps[slot] = step
         self.counts[slot] = [0] * self.modules
-        self.grad_calls[slot] = [0] * self.modules
+        self.grad_values[slot] = [0] * self.modules
         self.param_seen[slot] = self.ratio_seen[slot] = False
         self.loss_calls[slot] = 0
+        self._views[slot] = {}
         return row_id
+
+    def module_view(self, slot: int, name: str, index: int) -> torch.Tensor:
+        """The (columns,) view of module `index` in table `name` at `slot` (views made once per row and table)."""
+        views = self._views[slot].get(name)
+        if views is None:
+            views = self._views[slot][name] = self.tensors[name][slot].unbind(0)
+        return views[index]
 
     def take(self, stop_id: int | None = None) -> Chunk | None:
         """Move rows up to `stop_id` (default: all) to the CPU in one transfer and return them (`None`: empty)."""
@@ -122,7 +131,8 @@ class StepBuffers:
     def _finish(self, raw: dict[str, torch.Tensor], slots: list[int]) -> Chunk:
         nan, used = math.nan, len(slots)
         counts = torch.tensor([self.counts[s] for s in slots], dtype=torch.float64).reshape(used, self.modules)
-        grads = torch.tensor([self.grad_calls[s] for s in slots]).reshape(used, self.modules) > 0
+        grad_values = torch.tensor([self.grad_values[s] for s in slots], dtype=torch.float64)
+        grad_values = grad_values.reshape(used, self.modules)
         param_seen = torch.tensor([self.param_seen[s] for s in slots])
         ratio_seen = torch.tensor([self.ratio_seen[s] for s in slots])
         loss_calls = torch.tensor([self.loss_calls[s] for s in slots], dtype=torch.float32)
@@ -135,13 +145,12 @@ class StepBuffers:
                 "update_ratios": torch.full((used, self.params), nan),
                 "losses": torch.full((used,), nan),
             }
-        output_grads = raw["output_grads"].clone()
-        output_grads[..., 0] = output_grads[..., 0].sqrt()
+        output_grads = raw["output_grads"]
         return Chunk(
             steps=torch.tensor([self.steps[s] for s in slots], dtype=torch.int64),
             activations=_activation_stats(raw["activations"], counts),
             histograms=torch.where((counts > 0)[..., None], raw["histograms"], 0.0),
-            output_grads=torch.where(grads[..., None], output_grads, nan),
+            output_grads=torch.where((grad_values > 0)[..., None], output_grads, nan).float(),
             param_grads=torch.where(param_seen[:, None, None], raw["param_grads"], nan),
             update_ratios=torch.where(ratio_seen[:, None], raw["update_ratios"], nan),
             losses=torch.where(loss_calls > 0, raw["losses"] / loss_calls.clamp(min=1), nan),

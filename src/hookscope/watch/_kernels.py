@@ -25,13 +25,18 @@ __all__ = [
     "hist_scale",
     "identical_units",
     "merge_activation",
+    "merge_grad",
+    "param_grad_table",
     "saturation_bounds",
+    "unit_activity",
     "unit_dims",
 ]
 
 RAW_ACTIVATION = ("mean", "variance", "min", "max", "near_zero", "nonfinite", "saturated")
 """Columns of `activation_vector`: mean, population variance, min, max, count |x| <= near_zero, count of
-non-finite values, count within 1% of a saturation bound (NaN for unbounded modules)."""
+non-finite values, count within 1% of the output range of a saturation bound (NaN for unbounded modules)."""
+
+_NAN: dict[torch.device, torch.Tensor] = {}
 
 _SATURATING: dict[type[nn.Module], tuple[float, float]] = {
     nn.Tanh: (-1.0, 1.0),
@@ -53,18 +58,32 @@ def first_float(output: Any) -> torch.Tensor | None:
 
 
 def activation_vector(xf: torch.Tensor, near_zero: float, bounds: tuple[float, float] | None) -> torch.Tensor:
-    """Return the (7,) float32 statistics of `RAW_ACTIVATION` of the float32 tensor `xf` (non-empty)."""
-    variance, mean = torch.var_mean(xf, correction=0)
+    """Return the (7,) float32 statistics of `RAW_ACTIVATION` of the float32 tensor `xf` (non-empty).
+
+    Only vectorized full-tensor kernels (sum, norm, min/max, in-place compare): the variance is two-pass
+    (`||x - mean||^2 / n`, no cancellation), counts come from float 0/1 sums, never from bool reductions,
+    which are several times slower on the CPU.
+    """
+    n = xf.numel()
+    mean = xf.sum() / n
+    spread = torch.linalg.vector_norm(xf - mean)
     smallest, largest = torch.aminmax(xf)
-    near = (xf.abs() <= near_zero).sum(dtype=torch.float32)
-    nonfinite = xf.numel() - torch.isfinite(xf).sum(dtype=torch.float32)
+    magnitude = xf.abs()
+    nonfinite = torch.count_nonzero(magnitude * 0)  # x * 0 is NaN exactly where x is not finite
+    near = magnitude.le_(near_zero).sum()
     if bounds is None:
-        saturated = torch.full_like(mean, math.nan)
+        saturated = _nan(xf.device)
     else:
-        low, high = bounds
-        margin = 0.01 * (high - low)
-        saturated = ((xf <= low + margin) | (xf >= high - margin)).sum(dtype=torch.float32)
-    return torch.stack((mean, variance, smallest, largest, near, nonfinite, saturated))
+        low, high = bounds  # saturated: within 1% of the output range from either bound
+        saturated = (xf - (low + high) / 2).abs_().ge_(0.49 * (high - low)).sum()
+    return torch.stack((mean, spread * spread / n, smallest, largest, near, nonfinite, saturated))
+
+
+def _nan(device: torch.device) -> torch.Tensor:
+    value = _NAN.get(device)
+    if value is None:
+        value = _NAN[device] = torch.tensor(math.nan, device=device)
+    return value
 
 
 def merge_activation(target: torch.Tensor, new: torch.Tensor, count: int, n: int) -> None:
@@ -85,9 +104,25 @@ def merge_activation(target: torch.Tensor, new: torch.Tensor, count: int, n: int
 
 
 def grad_vector(grad: torch.Tensor) -> torch.Tensor:
-    """Return `(sum of squares, count of non-finite values)` of `grad` as a (2,) float32 tensor."""
+    """Return `(L2 norm, count of non-finite values)` of `grad` as a (2,) float32 tensor."""
     norm = torch.linalg.vector_norm(grad, dtype=torch.float32)
-    return torch.stack((norm * norm, grad.numel() - torch.isfinite(grad).sum(dtype=torch.float32)))
+    return torch.stack((norm, torch.count_nonzero(grad * 0).float()))
+
+
+def merge_grad(target: torch.Tensor, new: torch.Tensor) -> None:
+    """Merge the `grad_vector` of more gradient values into `target` (norms combine as a root sum of squares)."""
+    target.copy_(torch.stack((torch.hypot(target[0], new[0]), target[1] + new[1])))
+
+
+def param_grad_table(grads: list[torch.Tensor]) -> torch.Tensor:
+    """Return the (len(grads), 2) float32 `(L2 norm, count of non-finite values)` of each gradient.
+
+    The norms come from one multi-tensor call; `x * 0` is 0 where `x` is finite and NaN elsewhere, so counting
+    its non-zeros counts the non-finite values.
+    """
+    norms = torch._foreach_norm(grads, 2, dtype=torch.float32)
+    nonfinite = [torch.count_nonzero(zeroed) for zeroed in torch._foreach_mul(grads, 0.0)]
+    return torch.stack((torch.stack(norms), torch.stack(nonfinite).float()), dim=1)
 
 
 def hist_scale(
@@ -126,6 +161,11 @@ def saturation_bounds(module: nn.Module) -> tuple[float, float] | None:
         if isinstance(module, kind):
             return bounds
     return None
+
+
+def unit_activity(xf: torch.Tensor, reduce: tuple[int, ...]) -> torch.Tensor:
+    """Count, per unit, the values of `xf` that are > 0 (float32; NaN counts as not active)."""
+    return xf.sign().clamp_(min=0).sum(dim=reduce)
 
 
 def unit_dims(module: nn.Module, ndim: int) -> tuple[int, tuple[int, ...]] | None:

@@ -24,7 +24,10 @@ from ._kernels import (
     hist_counts,
     hist_scale,
     merge_activation,
+    merge_grad,
+    param_grad_table,
     saturation_bounds,
+    unit_activity,
     unit_dims,
 )
 from ._options import WatchOptions
@@ -135,7 +138,7 @@ class Recorder:
             count = buffers.counts[slot][index]
             if self._stats:
                 values = activation_vector(xf, self.options.near_zero, self.bounds[index])
-                target = buffers.tensors["activations"][slot, index]
+                target = buffers.module_view(slot, "activations", index)
                 if count == 0:
                     target.copy_(values)
                 else:
@@ -153,7 +156,7 @@ class Recorder:
         if scale_shift is None:
             scale_shift = self.scales[index] = hist_scale(xf, self.options.hist_bins, self.options.hist_range)
         counts = hist_counts(xf, *scale_shift, self.options.hist_bins)
-        target = self.buffers.tensors["histograms"][slot, index]
+        target = self.buffers.module_view(slot, "histograms", index)
         if first:
             target.copy_(counts)
         else:
@@ -164,10 +167,10 @@ class Recorder:
         if dims is None:
             return
         unit, reduce = dims
-        active = (xf > 0).sum(dim=reduce)
+        active = unit_activity(xf, reduce)
         total = self.units[index]
         if total is None:
-            self.units[index] = active
+            self.units[index] = active.to(torch.float32 if xf.device.type == "mps" else torch.float64)
         elif total.shape != active.shape:
             self.drop("unit_shape")
             return
@@ -196,13 +199,13 @@ class Recorder:
             self._rank(1, index)
             values = grad_vector(grad)
             slot = row % buffers.rows
-            calls = buffers.grad_calls[slot][index]
-            target = buffers.tensors["output_grads"][slot, index]
-            if calls == 0:
+            seen = buffers.grad_values[slot][index]
+            target = buffers.module_view(slot, "output_grads", index)
+            if seen == 0:
                 target.copy_(values)
             else:
-                target.add_(values)
-            buffers.grad_calls[slot][index] = calls + 1
+                merge_grad(target, values)
+            buffers.grad_values[slot][index] = seen + grad.numel()
 
         return hook
 
@@ -251,9 +254,7 @@ class Recorder:
             return
         grads = [g for _, g in present]
         self.buffers.allocate(grads[0].device)
-        norms = torch.stack(torch._foreach_norm(grads, 2, dtype=torch.float32))
-        nonfinite = torch.stack([g.numel() - torch.isfinite(g).sum(dtype=torch.float32) for g in grads])
-        values = torch.stack((norms, nonfinite), dim=1)
+        values = param_grad_table(grads)
         slot = row % self.buffers.rows
         table = self.buffers.tensors["param_grads"][slot]
         if len(present) == len(self.params):

@@ -44,7 +44,8 @@ class WatchResults:
         update_ratios: parameter name -> (S,) float32, ||W_after - W_before|| / ||W_after|| per optimizer step.
         losses: (S,) float32 when the loss was logged (`watch.log_loss`), else `None`.
         unit_activity: module path -> (units,) float32, the fraction of observed values of each output unit
-            (dim 1 of 4-D outputs, the last dim otherwise) that were > 0, over all recorded steps.
+            (dim 1 of 4-D and 5-D outputs and of convolution/normalization layers, the last dim otherwise) that
+            were > 0, over all recorded steps.
         identical_units: module path -> number of output units identical (within 1e-6) to another unit of the
             same layer, read from the weights when the results were taken.
         first_nonfinite: `{"forward": {"path", "step"} or None, "backward": {"path", "step"} or None}`: the first
@@ -90,6 +91,36 @@ class WatchResults:
         if self.losses is not None:
             out["losses"] = {"loss": {"loss": self.losses}}
         return out
+
+    def summary(self, max_layers: int = 20) -> str:
+        """Return a short text table: per layer, the last recorded step's activation and gradient figures.
+
+        Example:
+            >>> print(WatchResults().summary())
+            WatchResults: 0 recorded steps, 0 layers
+        """
+        lines = [f"WatchResults: {self.num_steps} recorded steps, {len(self.layers)} layers"]
+        if self.num_steps and self.layers:
+            lines.append(f"{'layer':<28} {'type':<12} {'mean':>10} {'std':>10} {'grad norm':>10} {'nonfinite':>9}")
+            for path in list(self.layers)[:max_layers]:
+                act, grad = self.activations.get(path, {}), self.output_grads.get(path, {})
+                cells = [_last(act.get(name)) for name in ("mean", "std")] + [_last(grad.get("norm"))]
+                cells.append(_last(act.get("nonfinite")))
+                name = path if len(path) <= 28 else "..." + path[-25:]
+                lines.append(f"{name:<28} {self.layers[path]:<12} " + " ".join(f"{c:>10.4g}" for c in cells))
+            if len(self.layers) > max_layers:
+                lines.append(f"... {len(self.layers) - max_layers} more layers")
+        if self.losses is not None and self.losses.numel():
+            lines.append(f"loss: first {float(self.losses[0]):.4g}, last {float(self.losses[-1]):.4g}")
+        for direction, hit in (self.first_nonfinite or {}).items():
+            if hit:
+                lines.append(f"first non-finite ({direction}): {hit['path']!r} at step {hit['step']}")
+        lines += [f"unobserved: {path!r}: {reason}" for path, reason in self.unobserved.items()]
+        if self.dropped:
+            lines.append(
+                "not kept: " + ", ".join(f"{reason} {count}" for reason, count in sorted(self.dropped.items()))
+            )
+        return "\n".join(lines)
 
     def to_records(self) -> list[dict[str, Any]]:
         """Long-format rows `{step, group, name, stat, value}`, one per recorded value (NaN rows skipped)."""
@@ -157,3 +188,7 @@ class WatchResults:
             else:  # histograms, hist_edges, unit_activity: "group/name"
                 getattr(results, group)[rest] = value
         return results
+
+
+def _last(values: torch.Tensor | None) -> float:
+    return float(values[-1]) if values is not None and values.numel() else math.nan

@@ -200,6 +200,8 @@ class Watch(Callback):
         if recorder is None or not self._attached:
             return
         try:
+            if error is not None:
+                self._warned_unobserved = True  # a step cut short proves nothing about unobserved modules
             self._end_step()
             self._flush()
             self._warn_unobserved()
