@@ -132,3 +132,26 @@ def test_hostile_names_render_literally_without_warnings(
         plot_layer(loaded, "a\u202eb").savefig(io.BytesIO(), format="png", dpi=30)
     labels = [text.get_text() for text in figure.axes[0].get_legend().get_texts()]
     assert labels == ["<img src=x onerror=alert(1)>", r"price\$in\$dollars", "a<U+202E>b", "(root)"]
+
+
+def test_non_finite_outputs_are_called_out(make_results: Callable[..., WatchResults]) -> None:
+    results = make_results(layers=("0",))
+    nan = float("nan")
+    results.activations["0"]["nonfinite"] = torch.tensor([0.0, 0.0, 12.0, 40.0, nan, 3.0])  # NaN: not observed
+    results.output_grads["0"]["norm"][:] = nan
+    results.param_grads["0.weight"]["norm"][:] = nan
+    figure = plot_layer(results, "0")
+    texts = [t.get_text() for t in figure.axes[0].texts]
+    assert "non-finite outputs at 3 steps, from step 2" in texts
+    assert "no finite values: NaN/Inf, or never observed" in [t.get_text() for t in figure.axes[2].texts]
+    results.losses[:] = nan
+    assert [t.get_text() for t in plot_loss(results).axes[0].texts] == ["no finite values: NaN/Inf, or never observed"]
+    weights = plot_weights({"w": torch.full((4,), nan)})
+    assert [t.get_text() for t in weights.axes[0].texts] == ["no finite values"]
+
+
+def test_a_lone_finite_point_is_drawn_with_a_marker(make_results: Callable[..., WatchResults]) -> None:
+    results = make_results(layers=("0",))
+    results.activations["0"]["mean"][1:] = float("nan")
+    (line, *_) = plot_activations(results).axes[0].get_lines()
+    assert line.get_marker() == "."

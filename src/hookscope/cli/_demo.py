@@ -31,7 +31,7 @@ def run_demo(out: Path, epochs: int, fault: str | None, console: Any) -> int:
     )
     console.print(_layer_table(run))
     findings = diagnose(run.results)
-    console.print(format_findings(findings), markup=False, highlight=False)
+    console.print(format_findings(findings), markup=False, highlight=False, soft_wrap=True)
     meta = {"model": "DigitsCNN", "command": _command(epochs, fault), "epochs": epochs, "fault": fault or "none"}
     meta.update(accuracy=round(run.accuracy, 4), learning_rate=run.lr, train_seconds=round(run.seconds, 2))
     page = write_report(out, run.results, summary=model_summary, findings=findings, meta=meta, weights=run.model)
@@ -49,7 +49,10 @@ def _train(config: DemoConfig, console: Any) -> tuple[DemoRun, Any]:
 
     def show_summary(model: nn.Module) -> None:
         summaries.append(summary(model, input_size=(config.batch_size, 1, 8, 8)))
-        console.print(summaries[0])
+        if console.is_terminal:
+            console.print(summaries[0])
+        else:  # plain text at full width: a pipe or a log file gets no 80-column folding
+            console.print(summaries[0].to_text(), soft_wrap=True, markup=False, highlight=False)
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console) as progress:
@@ -73,7 +76,9 @@ def _layer_table(run: DemoRun) -> Any:
     """Each weighted layer at the last batch: ActivationStats' mean/std/% near zero, the update/weight ratio."""
     from rich.table import Table
 
-    table = Table(title="last batch: activations (ActivationStats), updates (weight update monitor)")
+    table = Table(
+        title="at the last batch", caption="activations: ActivationStats; update/weight: weight update monitor"
+    )
     for name in ("layer", "mean", "std", "% near zero", "update / weight"):
         table.add_column(name, justify="left" if name == "layer" else "right")
     stats, history = run.activation_stats, run.updates.get("update_history", {})

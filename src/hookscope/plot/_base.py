@@ -13,7 +13,17 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["MAX_LEGEND", "as_array", "axes_or_new", "draw_lines", "label", "neutralize", "new_figure", "steps_of"]
+__all__ = [
+    "MAX_LEGEND",
+    "as_array",
+    "axes_or_new",
+    "draw_lines",
+    "label",
+    "neutralize",
+    "new_figure",
+    "nonfinite_note",
+    "steps_of",
+]
 
 _BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
@@ -107,7 +117,8 @@ def draw_lines(
         colours = colormaps["viridis"](np.linspace(0.0, 0.9, len(series)))
     for (name, values), colour in zip(series.items(), colours, strict=False):
         shown = np.where(values > 0, values, np.nan) if log else values
-        ax.plot(x[: len(shown)], shown, label=label(name), color=colour, linewidth=1.2)
+        marker = "." if np.count_nonzero(np.isfinite(shown)) < 40 else None  # lone points stay visible
+        ax.plot(x[: len(shown)], shown, label=label(name), color=colour, linewidth=1.2, marker=marker, markersize=4)
     if log and any(np.nanmax(v, initial=0.0) > 0 for v in series.values() if v.size):
         _log_axis(ax)
     ax.set_title(title)
@@ -115,7 +126,22 @@ def draw_lines(
     ax.set_ylabel(ylabel)
     if not series:
         ax.text(0.5, 0.5, "nothing recorded", ha="center", va="center", transform=ax.transAxes)
-    elif len(series) <= MAX_LEGEND:
+    elif not any(np.isfinite(values).any() for values in series.values()):
+        message = "no finite values: NaN/Inf, or never observed"
+        ax.text(0.5, 0.5, message, ha="center", va="center", color="crimson", transform=ax.transAxes)
+    if series and len(series) <= MAX_LEGEND:
         ax.legend(fontsize="x-small", loc="best", framealpha=0.6)
-    else:
+    elif series:
         ax.text(0.01, 0.99, f"{len(series)} series, dark = first", va="top", fontsize="small", transform=ax.transAxes)
+
+
+def nonfinite_note(ax: Axes, x: np.ndarray[Any, Any], counts: Any, what: str) -> None:
+    """Say on `ax` at how many steps `counts` (non-finite values per step) is above zero, and from which step."""
+    if counts is None:
+        return
+    values = np.nan_to_num(as_array(counts), nan=0.0)
+    bad = np.flatnonzero(values > 0)
+    if bad.size:
+        first = int(x[bad[0]]) if bad[0] < len(x) else int(bad[0])
+        note = f"non-finite {what} at {bad.size} steps, from step {first}"
+        ax.text(0.01, 0.01, note, color="crimson", fontsize="small", va="bottom", transform=ax.transAxes)

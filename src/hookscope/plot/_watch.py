@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._base import as_array, axes_or_new, draw_lines, label, new_figure, steps_of
+from ._base import as_array, axes_or_new, draw_lines, label, new_figure, nonfinite_note, steps_of
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -189,6 +189,7 @@ def plot_layer(results: WatchResults, path: str) -> Figure:
         name: as_array(stats[name]) for name in ("mean", "std") if name in stats
     }
     draw_lines(axes[0][0], x, moments, title="activation mean / std", ylabel="value")
+    nonfinite_note(axes[0][0], x, stats.get("nonfinite"), "outputs")
     near = {"near zero": as_array(stats["near_zero"]) * 100.0} if "near_zero" in stats else {}
     draw_lines(axes[0][1], x, near, title="% near zero", ylabel="%")
     _layer_gradients(axes[0][2], results, path, x)
@@ -210,6 +211,7 @@ def _layer_gradients(ax: Axes, results: WatchResults, path: str, x: np.ndarray[A
         if "norm" in results.param_grads.get(name, {}):
             series[f"{name.rpartition('.')[2]} grad"] = as_array(results.param_grads[name]["norm"])
     draw_lines(ax, x, series, title="gradient norm", ylabel="L2 norm", log=True)
+    nonfinite_note(ax, x, results.output_grads.get(path, {}).get("nonfinite"), "gradients")
 
 
 def _optional(ax: Axes, present: bool, draw: Any, what: str) -> None:

@@ -6,6 +6,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 import torch.nn as nn
 
@@ -68,6 +69,8 @@ def plot_weight_histograms(histograms: Histograms) -> Figure:
         counts, edges = (as_array(t) for t in histograms[name])
         ax.stairs(counts, edges, fill=True, color="steelblue")
         ax.set_title(label(name), fontsize="small")
+        if not np.nansum(counts):
+            ax.text(0.5, 0.5, "no finite values", ha="center", va="center", color="crimson", transform=ax.transAxes)
     for ax in flat[len(names) :]:
         ax.set_axis_off()
     hidden = len(histograms) - len(names)
