@@ -40,10 +40,14 @@ def test_a_script_that_raises_midway_still_gets_its_report(
     tmp_path: Path, hookscope: Callable[..., object], examples: Path
 ) -> None:
     script = examples / "train_mlp.py"
+    module_hooks = torch.nn.modules.module
+    before = (len(module_hooks._global_forward_pre_hooks), len(module_hooks._global_forward_hooks))
     done = hookscope("run", "--select", "0", "--out", str(tmp_path), str(script), "--steps", "50", "--crash-at", "7")
     assert done.code == 1
     assert "RuntimeError: planted crash at step 7" in done.err and 'File "' in done.err
     assert "runpy" not in done.err  # the traceback starts in the script
+    assert (len(module_hooks._global_forward_pre_hooks), len(module_hooks._global_forward_hooks)) == before
+    assert not [h for h in list_hooks() if "hookscope-run" in h.tags]
     results, document = read(tmp_path)
     assert results.num_steps == 6  # steps 1..6 of 0..6
     assert document["meta"]["status"] == "raised" and "planted crash at step 7" in document["meta"]["error"]
@@ -133,3 +137,13 @@ def test_python_dash_m_hookscope_runs_a_script(tmp_path: Path, training_script: 
     assert done.returncode == 1, done.stderr
     assert "ValueError: x" in done.stderr and "hookscope: report written to" in done.stderr
     assert json.loads((tmp_path / "out" / "report.json").read_text())["meta"]["status"] == "raised"
+
+
+def test_a_select_that_matches_nothing_is_noted_and_the_script_still_runs(
+    tmp_path: Path, hookscope: Callable[..., object], training_script: Callable[..., Path]
+) -> None:
+    done = hookscope("run", "--select", "nope.*", "--out", str(tmp_path / "out"), str(training_script(steps=3)))
+    assert done.code == 0
+    assert "hookscope: could not watch the model trained by SGD: selector must name an existing module path" in done.err
+    _, document = read(tmp_path / "out")
+    assert document["meta"]["notes"].startswith("could not watch the model trained by SGD")

@@ -21,7 +21,8 @@ def write_run_reports(out: Path, session: RunSession, meta: dict[str, Any]) -> P
     """
     notes = list(session.notes)
     if not session.watched:
-        notes.append("no model was trained with a torch.optim optimizer, so nothing was watched")
+        if not notes:
+            notes.append("no model was trained with a torch.optim optimizer, so nothing was watched")
         return write_report(out, WatchResults(), meta={**meta, "notes": " | ".join(notes)})
     pages = []
     for index, entry in enumerate(session.watched, start=1):

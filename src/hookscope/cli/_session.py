@@ -117,7 +117,7 @@ class RunSession:
         try:
             self._watch(optimizer)
         except Exception as err:
-            self._note(f"could not watch the model of a {type(optimizer).__name__}: {' '.join(str(err).split())}")
+            self._note(f"could not watch the model trained by {type(optimizer).__name__}: {' '.join(str(err).split())}")
 
     def _watch(self, optimizer: torch.optim.Optimizer) -> None:
         params = {id(p) for group in optimizer.param_groups for p in group["params"]}
@@ -131,7 +131,9 @@ class RunSession:
             if shared > overlap:
                 best, overlap = key, shared
         if best is None:
-            self._note(f"a {type(optimizer).__name__} stepped parameters of no model seen in a training forward")
+            self._note(
+                f"{type(optimizer).__name__} stepped parameters of no model seen in a training forward; not watched"
+            )
             return
         candidate = self._candidates.pop(best)
         model = candidate.model()
