@@ -284,3 +284,17 @@ def test_summary_lists_layers_loss_and_problems() -> None:
     assert lines[0] == "WatchResults: 4 recorded steps, 3 layers"
     assert lines[2].split()[:2] == ["0", "Linear"] and lines[2].split()[-1] == "8"
     assert "first non-finite (forward): '0' at step 3" in text
+
+
+def test_a_deepcopy_of_the_watched_model_neither_records_nor_counts() -> None:
+    import copy
+
+    model = mlp()
+    with watch(model) as w:
+        model(torch.randn(2, 3))
+        teacher = copy.deepcopy(model)
+        teacher(torch.full((2, 3), 1e3))
+        model(torch.randn(2, 3))
+    results = w.results()
+    assert results.steps.tolist() == [0, 1] and float(results.activations["0"]["max"].max()) < 100
+    assert results.dropped == {}

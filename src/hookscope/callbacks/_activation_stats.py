@@ -139,10 +139,11 @@ class ActivationStats(HookCallback):
         return {"mean": mean, "std": std, "near_zero": (xf <= self.near_zero).float().mean()}
 
     def _make_hook(self, index: int) -> HookFunction:
-        record = self._record
+        record, ref = self._record, self._module_refs[index]
 
         def hook_fn(module: nn.Module, inputs: Any, output: Any) -> None:
-            record(index, output)
+            if module is ref():  # not a deepcopy of the model, which shares the hooks
+                record(index, output)
 
         return hook_fn
 

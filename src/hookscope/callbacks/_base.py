@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import weakref
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -99,6 +100,7 @@ class LoopDriver:
         train_only: bool = True,
     ) -> None:
         check_hookable(model, "model")
+        self._model = weakref.ref(model)
         self.callbacks = list(callbacks)
         for callback in self.callbacks:
             if not isinstance(callback, Callback):
@@ -121,15 +123,27 @@ class LoopDriver:
 
     def _register(self, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
         tags = ("LoopDriver",)
-        add = self._handles.append
-        add(register_module_hook(model, "forward_pre", self._forward_pre, owner=self, tags=tags, prepend=True))
+        add, call = self._handles.append, self._calling
+        add(register_module_hook(model, "forward_pre", call("_forward_pre"), owner=self, tags=tags, prepend=True))
         if self._wants_backward:
-            add(register_module_hook(model, "forward", self._forward, owner=self, tags=tags))
+            add(register_module_hook(model, "forward", call("_forward"), owner=self, tags=tags))
         if optimizer is not None:
-            add(register_optimizer_hook(optimizer, "step_pre", self._step_pre, owner=self, tags=tags))
-            add(register_optimizer_hook(optimizer, "step_post", self._step_post, owner=self, tags=tags))
+            add(register_optimizer_hook(optimizer, "step_pre", call("_step_pre"), owner=self, tags=tags))
+            add(register_optimizer_hook(optimizer, "step_post", call("_step_post"), owner=self, tags=tags))
+
+    def _calling(self, name: str) -> Callable[..., None]:
+        """A plain function calling method `name`: `copy.deepcopy` of the model copies a function as it is,
+        where it would try to copy the driver behind a bound method (and fail on its locks)."""
+        method = getattr(self, name)
+
+        def call(*args: Any) -> None:
+            method(*args)
+
+        return call
 
     def _forward_pre(self, module: nn.Module, args: Any) -> None:
+        if module is not self._model():  # a deepcopy of the model (EMA, teacher) shares the hooks: not ours
+            return
         self.end_batch()
         if module.training or not self.train_only:
             self.batch += 1
@@ -138,7 +152,7 @@ class LoopDriver:
                 callback.on_batch_start(self.batch)
 
     def _forward(self, module: nn.Module, args: Any, output: Any) -> None:
-        if not self.is_batch_open:
+        if not self.is_batch_open or module is not self._model():
             return
         leaves = [t for _, t in tensor_leaves(output) if t.requires_grad]
         if leaves:  # fires once per backward through the output, then waits for the whole backward to finish

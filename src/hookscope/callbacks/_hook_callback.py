@@ -133,10 +133,12 @@ class HookCallback(Callback):
             self._handles.pop().remove()
 
     def _make_hook(self, index: int) -> HookFunction:
-        stored = self.stored
+        stored, ref = self.stored, self._module_refs[index]
         prepare = self._prepare if (self.detach or self.cpu) else None
 
         def hook_fn(module: nn.Module, inputs: Any, output: Any) -> None:
+            if module is not ref():  # a deepcopy of the model shares the hooks; it is not observed
+                return
             if prepare is not None:
                 inputs, output = map_tensors((inputs, output), prepare)
             stored[index] = self.hook(module, inputs, output)

@@ -109,7 +109,11 @@ class Recorder:
         self.dropped[reason] = self.dropped.get(reason, 0) + count
 
     def _forward_hook(self, index: int) -> ModuleHook:
+        ref = self.module_refs[index]
+
         def hook(module: nn.Module, args: Any, output: Any) -> None:
+            if module is not ref():  # a deepcopy of the model shares the hooks; it is not watched
+                return
             if self.row >= 0:
                 self._record(index, module, output)
             elif self.checking and self.active:
