@@ -72,7 +72,8 @@ def _header(data: ReportData) -> str:
             f'<p class="banner" id="status">The run did not complete ({text(status)}{text(detail)}). This report '
             f"covers the {data.results.num_steps} steps recorded until then.</p>"
         )
-    line = " · ".join(text(f"{key}: {meta[key]}") for key in ("script", "created", "torch") if key in meta)
+    keys = ("command", "created", "torch") if "command" in meta else ("script", "created", "torch")
+    line = " · ".join(text(f"{key}: {meta[key]}") for key in keys if key in meta)
     nav = "".join(f'<a href="#{anchor}">{name}</a>' for anchor, name in _SECTIONS)
     return f"<header><h1>{text(title)}</h1><p class='muted'>{line}</p>{banner}<nav>{nav}</nav></header>"
 
