@@ -102,9 +102,10 @@ def test_a_forward_that_fails_is_one_line_and_verbose_shows_the_traceback(
     assert done.code == 1
     (line,) = done.err.strip().splitlines()
     assert line.startswith("hookscope: error: ") and "Traceback" not in done.err
-    done = hookscope("summary", "zoo_models:build", "--input-shape", "2,3", "--verbose")
-    assert done.code == 1 and "Traceback (most recent call last)" in done.err
-    assert "(--verbose shows the traceback)" not in done.err
+    for verbose in (("summary", "--verbose"), ("--verbose", "summary")):  # after or before the subcommand
+        done = hookscope(*verbose, "zoo_models:build", "--input-shape", "2,3")
+        assert done.code == 1 and "Traceback (most recent call last)" in done.err
+        assert "(--verbose shows the traceback)" not in done.err
 
 
 def test_missing_input_shape_is_a_usage_error(models: Path, hookscope: Callable[..., object]) -> None:

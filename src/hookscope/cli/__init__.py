@@ -23,6 +23,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the `hookscope` command with `argv` (default: `sys.argv[1:]`); return the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    verbose = getattr(args, "verbose", False)  # --verbose may stand before or after the subcommand
     try:
         code: int = args.handler(args)
         return code
@@ -30,9 +31,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("hookscope: interrupted", file=sys.stderr)
         return 130
     except Exception as err:  # every failure ends as one line; --verbose shows where it came from
-        if args.verbose:
+        if verbose:
             traceback.print_exc()
         message = " ".join(str(err).split()) or type(err).__name__
-        hint = "" if args.verbose else " (--verbose shows the traceback)"
+        hint = "" if verbose else " (--verbose shows the traceback)"
         print(f"hookscope: error: {message}{hint}", file=sys.stderr)
         return 2 if isinstance(err, UsageError) else 1

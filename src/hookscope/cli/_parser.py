@@ -37,7 +37,6 @@ def build_parser() -> argparse.ArgumentParser:
         prog="hookscope", description="See what happens inside a PyTorch model while it trains.", parents=[common]
     )
     parser.add_argument("--version", action="version", version=f"hookscope {__version__}")
-    parser.set_defaults(verbose=False)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     faults = "\n".join(f"  {name:<14} {fault.description}" for name, fault in FAULTS.items())
