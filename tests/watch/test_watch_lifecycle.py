@@ -158,7 +158,7 @@ def test_to_dataframe_has_one_row_per_recorded_value() -> None:
         model(torch.randn(4, 3))
     frame = w.to_dataframe()
     assert list(frame.columns) == ["step", "group", "name", "stat", "value"]
-    assert len(frame) == 7  # 8 activation statistics, saturation NaN (not a saturating module)
+    assert len(frame) == 8  # 9 activation statistics (count included), saturation NaN (not a saturating module)
 
 
 def test_sinks_receive_every_recorded_value(tmp_path: Path) -> None:

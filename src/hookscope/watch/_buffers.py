@@ -177,5 +177,5 @@ def _activation_stats(raw: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
     n = counts.clamp(min=1)
     std = (variance * counts / (counts - 1).clamp(min=1)).sqrt()
     rms = (variance + mean * mean).sqrt()
-    stats = torch.stack((mean, std, rms, smallest, largest, near / n, nonfinite, saturated / n), dim=-1)
+    stats = torch.stack((mean, std, rms, smallest, largest, near / n, nonfinite, saturated / n, counts), dim=-1)
     return torch.where((counts > 0)[..., None], stats, math.nan).float()

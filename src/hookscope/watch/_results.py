@@ -18,9 +18,10 @@ from .._io import load_bundle, save_bundle
 
 __all__ = ["ACTIVATION_STATS", "GRAD_STATS", "WatchResults"]
 
-ACTIVATION_STATS = ("mean", "std", "rms", "min", "max", "near_zero", "nonfinite", "saturated")
+ACTIVATION_STATS = ("mean", "std", "rms", "min", "max", "near_zero", "nonfinite", "saturated", "count")
 """Per module output, per step: mean, unbiased std, root mean square, min, max, fraction with |x| <= near_zero,
-count of non-finite values, and (tanh/sigmoid-family modules only, else NaN) fraction within 1% of a bound."""
+count of non-finite values, (tanh/sigmoid-family modules only, else NaN) fraction within 1% of a bound, and the
+number of values observed (what statistics are merged by, across calls and across ranks)."""
 
 GRAD_STATS = ("norm", "nonfinite")
 """Per module output gradient and per parameter gradient, per step: L2 norm and count of non-finite values."""
