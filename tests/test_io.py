@@ -80,3 +80,12 @@ def test_a_crash_during_a_write_leaves_the_previous_file(tmp_path: Path, monkeyp
 def test_atomic_write_creates_folders_and_writes_text(tmp_path: Path) -> None:
     target = atomic_write(tmp_path / "deep" / "note.txt", "héllo")
     assert target.read_text(encoding="utf-8") == "héllo"
+
+
+def test_written_files_follow_the_umask(tmp_path: Path) -> None:
+    previous = os.umask(0o022)
+    try:
+        target = atomic_write(tmp_path / "a.txt", "x")
+    finally:
+        os.umask(previous)
+    assert target.stat().st_mode & 0o777 == 0o644

@@ -40,11 +40,18 @@ def atomic_write(path: str | os.PathLike[str], data: bytes | str) -> Path:
             handle.write(payload)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes 0600 files: give the usual permissions
         os.replace(temporary, target)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
     return target
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
 
 
 def save_bundle(

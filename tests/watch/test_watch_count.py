@@ -23,3 +23,17 @@ def test_count_is_the_number_of_output_values_per_step() -> None:
         + [shared(torch.relu(shared(batches[1]))).detach().flatten()]
     )
     assert torch.allclose(counts["0"]["mean"][1], reference.mean(), atol=1e-6)
+
+
+def test_saved_results_load_in_model_order(tmp_path: object) -> None:
+    from pathlib import Path
+
+    model = nn.Sequential(nn.Linear(3, 3), nn.ReLU(), nn.Linear(3, 2))
+    model.add_module("a_last", nn.Linear(2, 2))  # sorts first alphabetically, runs last
+    with watch(model, groups=("activations", "output_grads")) as w:
+        model(torch.randn(2, 3)).sum().backward()
+    results = w.results()
+    loaded = type(results).load(results.save(Path(str(tmp_path)) / "r.safetensors"))
+    assert list(loaded.activations) == list(results.activations) == ["0", "1", "2", "a_last"]
+    assert list(loaded.output_grads) == list(results.output_grads)
+    assert all(torch.equal(loaded.activations[p]["mean"], results.activations[p]["mean"]) for p in results.layers)

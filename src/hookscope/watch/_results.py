@@ -163,6 +163,7 @@ class WatchResults:
             "first_nonfinite": self.first_nonfinite,
             "unobserved": self.unobserved,
             "execution_order": self.execution_order,
+            "tensor_order": list(tensors),  # safetensors sorts its keys: keep the layers' model order
             "dropped": self.dropped,
             "meta": self.meta,
         }
@@ -176,8 +177,13 @@ class WatchResults:
             ValueError: the file is not hookscope watch results (see `hookscope._io.load_bundle`).
         """
         tensors, document = load_bundle(path, _KIND)
+        order = [key for key in document.pop("tensor_order", []) if key in tensors]
+        order += [key for key in tensors if key not in order]
         results = cls(steps=tensors.pop("steps", torch.zeros(0, dtype=torch.int64)), **document)
-        for key, value in tensors.items():
+        for key in order:
+            if key == "steps":
+                continue
+            value = tensors[key]
             group, _, rest = key.partition("/")
             name, _, stat = rest.rpartition("/")
             if group in ("activations", "output_grads", "param_grads"):
