@@ -4,6 +4,7 @@ The public surface is flat: every name below is re-exported from its subpackage.
 """
 
 from ._errors import CompiledModelWarning, HookscopeWarning, UnobservedModuleWarning
+from .callbacks import ActivationStats, Callback, HookCallback, LoopDriver
 from .doctor import Finding, diagnose, format_findings
 from .hooks import (
     Hook,
@@ -58,6 +59,7 @@ from .summary import (
     summary,
     total_params,
 )
+from .watch import Watch, WatchResults, watch
 from .weights import (
     Clamp,
     MaxNorm,
@@ -78,7 +80,9 @@ from .weights import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "ActivationStats",
     "CAReducer",
+    "Callback",
     "Clamp",
     "CompiledModelWarning",
     "DifferenceMonitor",
@@ -87,11 +91,13 @@ __all__ = [
     "HistogramReducer",
     "HistoryReducer",
     "Hook",
+    "HookCallback",
     "HookHandle",
     "HookInfo",
     "Hooks",
     "HookscopeWarning",
     "InputMonitor",
+    "LoopDriver",
     "MaxNorm",
     "ModelSummary",
     "Monitor",
@@ -108,6 +114,8 @@ __all__ = [
     "StatsReducer",
     "UnitNorm",
     "UnobservedModuleWarning",
+    "Watch",
+    "WatchResults",
     "__version__",
     "add_weight_change_monitor_hook",
     "add_weight_distribution_monitor",
@@ -144,4 +152,5 @@ __all__ = [
     "select_modules",
     "summary",
     "total_params",
+    "watch",
 ]
