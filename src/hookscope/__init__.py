@@ -5,6 +5,7 @@ The public surface is flat: every name below is re-exported from its subpackage.
 
 from ._errors import CompiledModelWarning, HookscopeWarning, UnobservedModuleWarning
 from .callbacks import ActivationStats, Callback, HookCallback, LoopDriver
+from .checkpoint import load_state, save_state
 from .doctor import Finding, diagnose, format_findings
 from .hooks import (
     Hook,
@@ -132,6 +133,7 @@ __all__ = [
     "hook_outputs",
     "layer_info",
     "list_hooks",
+    "load_state",
     "model_sizes",
     "module_summary",
     "named_modules",
@@ -148,6 +150,7 @@ __all__ = [
     "register_tensor_hook",
     "remove_hooks",
     "restore_optimizer_step",
+    "save_state",
     "scope",
     "select_modules",
     "summary",

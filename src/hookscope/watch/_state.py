@@ -21,9 +21,14 @@ _RECORDER = ("dropped", "observed", "forward_order", "backward_order", "unit_val
 
 
 def watch_state(watch: Watch) -> dict[str, Any]:
-    """Return the state of `watch`; closes a step whose batch is over and flushes the device buffers."""
+    """Return the state of `watch`; closes the current step and flushes the device buffers.
+
+    A checkpoint is taken between steps: the step in progress is closed and kept, so a run resumed from this
+    state records the next step as the next one (a loss logged after this call for the closed step is dropped).
+    """
     recorder = watch._recorder
-    if recorder is not None and not recorder.active:
+    if recorder is not None:
+        watch.on_batch_end(-1)
         watch._end_step()
     watch._flush()
     table = watch._store.table()
