@@ -23,8 +23,10 @@ __all__ = ["load_state", "save_state"]
 _KIND = "state"
 
 
-def save_state(path: str | os.PathLike[str], source: Any) -> Path:
+def save_state(path: str | os.PathLike[str], source: Any, *, kind: str = _KIND) -> Path:
     """Write `source.state_dict()` (or `source` itself, a state dict) atomically to `path`; return the path.
+
+    `kind` tags the file (`load_state` with another kind refuses it), e.g. "monitor" or "reducer".
 
     Raises:
         TypeError: the state holds a value that is neither a tensor nor plain JSON data (the key path says where).
@@ -32,16 +34,16 @@ def save_state(path: str | os.PathLike[str], source: Any) -> Path:
     state = source.state_dict() if hasattr(source, "state_dict") else source
     tensors: dict[str, torch.Tensor] = {}
     document = _encode(state, "state", tensors)
-    return save_bundle(path, tensors, {"state": document}, _KIND)
+    return save_bundle(path, tensors, {"state": document}, kind)
 
 
-def load_state(path: str | os.PathLike[str], target: Any = None) -> Any:
-    """Read a state written by `save_state`; with `target`, also call `target.load_state_dict(state)`.
+def load_state(path: str | os.PathLike[str], target: Any = None, *, kind: str = _KIND) -> Any:
+    """Read a state written by `save_state` with the same `kind`; with `target`, call `target.load_state_dict`.
 
     Raises:
-        ValueError: the file is not a hookscope state file (see `hookscope._io.load_bundle`).
+        ValueError: the file is not a hookscope state file of this kind (see `hookscope._io.load_bundle`).
     """
-    tensors, document = load_bundle(path, _KIND)
+    tensors, document = load_bundle(path, kind)
     state = _decode(document["state"], tensors)
     if target is not None:
         target.load_state_dict(state)

@@ -74,6 +74,27 @@ class Monitor:
         TypeError: `reducer` is not a `Reducer`, or a flag is not a bool.
     """
 
+    @classmethod
+    def partialconstructor(
+        cls: type[MonitorT],
+        reducer: Reducer,
+        train_update: bool = True,
+        eval_update: bool = True,
+        prepend: bool = False,
+        filter_: Callable[..., bool] | None = None,
+        map_: Callable[..., Any] | None = None,
+    ) -> Callable[[str, nn.Module], MonitorT]:
+        """Return `(attr, module) -> monitor` watching submodule `attr` of `module` (`""`: itself).
+
+        Every argument is passed through; each monitor gets its own copy of `reducer`. Monitors whose
+        constructor takes more (`StateMonitor`, `DifferenceMonitor`, `ParameterGradMonitor`) override this.
+        """
+
+        def construct(attr: str, module: nn.Module) -> MonitorT:
+            return cls(own_copy(reducer), submodule(module, attr), train_update, eval_update, prepend, filter_, map_)
+
+        return construct
+
     def __init__(
         self,
         reducer: Reducer,

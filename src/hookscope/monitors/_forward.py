@@ -12,7 +12,7 @@ import torch.nn as nn
 
 from ..hooks import HookHandle, map_tensors, tensor_leaves
 from ..reducers import Reducer
-from ._base import Monitor, MonitorConstructor, as_tensors, check_attribute, own_copy, resolve, submodule
+from ._base import Monitor, MonitorConstructor, as_tensors, check_attribute, own_copy, resolve
 
 __all__ = ["DifferenceMonitor", "InputMonitor", "OutputMonitor", "StateMonitor"]
 
@@ -45,26 +45,6 @@ class InputMonitor(Monitor):
     def _default_map(self, *observation: Any) -> Any:
         return next(tensor for _, tensor in tensor_leaves(observation))
 
-    @classmethod
-    def partialconstructor(
-        cls,
-        reducer: Reducer,
-        train_update: bool = True,
-        eval_update: bool = True,
-        prepend: bool = False,
-        filter_: Callable[..., bool] | None = None,
-        map_: Callable[..., Any] | None = None,
-    ) -> MonitorConstructor:
-        """Return `(attr, module) -> InputMonitor` watching submodule `attr` of `module` (`""`: itself).
-
-        Every argument is passed through; each monitor gets its own copy of `reducer`.
-        """
-
-        def construct(attr: str, module: nn.Module) -> InputMonitor:
-            return cls(own_copy(reducer), submodule(module, attr), train_update, eval_update, prepend, filter_, map_)
-
-        return construct
-
 
 class OutputMonitor(Monitor):
     """Record the outputs of a module, after its forward.
@@ -90,26 +70,6 @@ class OutputMonitor(Monitor):
     def _on_output(self, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
         if self._admits(module):
             self._record(output)
-
-    @classmethod
-    def partialconstructor(
-        cls,
-        reducer: Reducer,
-        train_update: bool = True,
-        eval_update: bool = True,
-        prepend: bool = False,
-        filter_: Callable[..., bool] | None = None,
-        map_: Callable[..., Any] | None = None,
-    ) -> MonitorConstructor:
-        """Return `(attr, module) -> OutputMonitor` watching submodule `attr` of `module` (`""`: itself).
-
-        Every argument is passed through; each monitor gets its own copy of `reducer`.
-        """
-
-        def construct(attr: str, module: nn.Module) -> OutputMonitor:
-            return cls(own_copy(reducer), submodule(module, attr), train_update, eval_update, prepend, filter_, map_)
-
-        return construct
 
 
 class StateMonitor(Monitor):
@@ -166,7 +126,7 @@ class StateMonitor(Monitor):
         return as_tensors(observation[0])
 
     @classmethod
-    def partialconstructor(
+    def partialconstructor(  # type: ignore[override]  # takes the issue's extra arguments
         cls,
         reducer: Reducer,
         as_prehook: bool = False,
@@ -294,7 +254,7 @@ class DifferenceMonitor(Monitor):
         return as_tensors(self.op_(post, pre))
 
     @classmethod
-    def partialconstructor(
+    def partialconstructor(  # type: ignore[override]  # takes the issue's extra arguments
         cls,
         reducer: Reducer,
         train_update: bool = True,

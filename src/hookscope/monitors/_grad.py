@@ -11,7 +11,7 @@ import torch.nn as nn
 
 from ..hooks import HookHandle, register_output_grad_hook, register_post_accumulate_grad_hook
 from ..reducers import Reducer
-from ._base import TAG, Monitor, MonitorConstructor, _MonitorHook, check_attribute, own_copy, resolve, submodule
+from ._base import TAG, Monitor, MonitorConstructor, _MonitorHook, check_attribute, own_copy, resolve
 
 __all__ = ["OutputGradMonitor", "ParameterGradMonitor"]
 
@@ -49,26 +49,6 @@ class OutputGradMonitor(Monitor):
 
     def _default_map(self, *observation: Any) -> Any:
         return tuple(grad for grad in observation[0] if grad is not None)
-
-    @classmethod
-    def partialconstructor(
-        cls,
-        reducer: Reducer,
-        train_update: bool = True,
-        eval_update: bool = True,
-        prepend: bool = False,
-        filter_: Callable[..., bool] | None = None,
-        map_: Callable[..., Any] | None = None,
-    ) -> MonitorConstructor:
-        """Return `(attr, module) -> OutputGradMonitor` watching submodule `attr` of `module` (`""`: itself).
-
-        Every argument is passed through; each monitor gets its own copy of `reducer`.
-        """
-
-        def construct(attr: str, module: nn.Module) -> OutputGradMonitor:
-            return cls(own_copy(reducer), submodule(module, attr), train_update, eval_update, prepend, filter_, map_)
-
-        return construct
 
 
 class ParameterGradMonitor(Monitor):
@@ -147,7 +127,7 @@ class ParameterGradMonitor(Monitor):
         return observation[0]
 
     @classmethod
-    def partialconstructor(
+    def partialconstructor(  # type: ignore[override]  # takes the issue's extra arguments
         cls,
         reducer: Reducer,
         train_update: bool = True,
