@@ -5,32 +5,67 @@ the square root of summed squares, counts and histograms by summing, minima and 
 unioned across ranks before any collective (a rank that recorded nothing, or other layers, still joins with
 zeros), and collectives run on a gloo group of their own with a timeout, so a missing rank fails loudly instead
 of hanging. Outside a distributed run every function returns its input merged with nothing.
+
+Also here: `grad_reduction` (the label saying whether parameter gradients were seen before or after DDP's
+all-reduce, or as FSDP2 shards), `grad_norms` (full gradient norms of a DDP or FSDP2 model), `check_replicas`
+(which parameters differ across ranks) and the histogram helpers `common_edges`/`rebin`. The merges of
+`WatchResults` and `ActivationStats` build on these (`hookscope.watch._merge`, `hookscope.callbacks._merge`).
 """
 
 from __future__ import annotations
 
 import datetime
+import math
 from collections.abc import Iterable
 from typing import Any
 
 import torch
 import torch.distributed as dist
+import torch.nn as nn
+
+from ._errors import HookscopeWarning
+from .hooks import normalize_path
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "GRAD_AFTER_ALL_REDUCE",
+    "GRAD_LOCAL",
+    "GRAD_SHARDED",
+    "MergeWarning",
+    "all_gather",
     "all_reduce",
     "chan_merge",
+    "check_replicas",
+    "common_edges",
+    "gather_objects",
+    "grad_norms",
+    "grad_reduction",
     "is_distributed",
     "is_main_process",
+    "is_sharded",
     "merge_moments",
     "norm_of_shards",
     "rank",
+    "rebin",
     "union_keys",
     "world_size",
 ]
 
 DEFAULT_TIMEOUT = datetime.timedelta(seconds=120)
-_GROUPS: dict[tuple[int, float], Any] = {}
+GRAD_AFTER_ALL_REDUCE = "after all-reduce (DDP)"
+"""Parameter gradients read at `optimizer.step()` of a DDP model: averaged over ranks, the same on every rank."""
+GRAD_LOCAL = "local (not reduced)"
+"""Parameter gradients of this rank alone (no wrapper, `no_sync()`, or read right after backward, before DDP
+has written the averaged gradients back)."""
+GRAD_SHARDED = "sharded, combined as root sum of squares"
+"""FSDP2 (DTensor) parameters: each rank holds a shard of the averaged gradient; full norms are the square root
+of the ranks' summed squares."""
+
+_GROUPS: dict[float, tuple[Any, Any]] = {}
+
+
+class MergeWarning(HookscopeWarning):
+    """Statistics merged across ranks were approximated or left out (the merged results' meta says which)."""
 
 
 def is_distributed() -> bool:
@@ -55,19 +90,25 @@ def is_main_process() -> bool:
 
 def _group(timeout: datetime.timedelta) -> Any:
     """A gloo group over all ranks with `timeout`, made once per (world, timeout); every rank creates it alike."""
-    key = (id(dist.group.WORLD), timeout.total_seconds())
-    if key not in _GROUPS:
-        _GROUPS[key] = dist.new_group(backend="gloo", timeout=timeout)
-    return _GROUPS[key]
+    key, world = timeout.total_seconds(), dist.group.WORLD
+    known = _GROUPS.get(key)
+    if known is None or known[0] is not world:  # a new default group (destroyed and initialized again)
+        _GROUPS[key] = known = (world, dist.new_group(backend="gloo", timeout=timeout))
+    return known[1]
+
+
+def gather_objects(value: Any, *, timeout: datetime.timedelta = DEFAULT_TIMEOUT) -> list[Any]:
+    """Every rank's `value` (picklable, small), in rank order; `[value]` outside a distributed run."""
+    if not is_distributed():
+        return [value]
+    gathered: list[Any] = [None] * world_size()
+    dist.all_gather_object(gathered, value, group=_group(timeout))
+    return gathered
 
 
 def union_keys(keys: Iterable[str], *, timeout: datetime.timedelta = DEFAULT_TIMEOUT) -> list[str]:
     """The union of every rank's keys, in first-seen order over ranks 0, 1, ...; the same list on every rank."""
-    mine = list(dict.fromkeys(keys))
-    if not is_distributed():
-        return mine
-    gathered: list[list[str] | None] = [None] * world_size()
-    dist.all_gather_object(gathered, mine, group=_group(timeout))
+    gathered = gather_objects(list(dict.fromkeys(keys)), timeout=timeout)
     return list(dict.fromkeys(key for keys_of_rank in gathered for key in (keys_of_rank or [])))
 
 
@@ -82,9 +123,25 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", *, timeout: datetime.timed
         raise ValueError(f"op must be one of {sorted(ops)}, got {op!r}")
     if not is_distributed():
         return tensor.clone()
-    work = tensor.detach().to("cpu", copy=True)
+    work = _padded(tensor)
     dist.all_reduce(work, op=ops[op], group=_group(timeout))
-    return work.to(tensor.device)
+    return work[: tensor.numel()].reshape(tensor.shape).to(tensor.device)
+
+
+def all_gather(tensor: torch.Tensor, *, timeout: datetime.timedelta = DEFAULT_TIMEOUT) -> list[torch.Tensor]:
+    """Every rank's `tensor` (one shape and dtype on all ranks, empty allowed), in rank order, on its device."""
+    if not is_distributed():
+        return [tensor.clone()]
+    work = _padded(tensor)
+    parts = [torch.empty_like(work) for _ in range(world_size())]
+    dist.all_gather(parts, work, group=_group(timeout))
+    return [part[: tensor.numel()].reshape(tensor.shape).to(tensor.device) for part in parts]
+
+
+def _padded(tensor: torch.Tensor) -> torch.Tensor:
+    """A flat CPU copy with at least one element (gloo refuses empty tensors)."""
+    flat = tensor.detach().reshape(-1).to("cpu", copy=True)
+    return flat if flat.numel() else torch.zeros(1, dtype=flat.dtype)
 
 
 def norm_of_shards(local_square_sum: torch.Tensor, *, timeout: datetime.timedelta = DEFAULT_TIMEOUT) -> torch.Tensor:
@@ -117,12 +174,134 @@ def merge_moments(
     All ranks must pass tensors of one shape (union the keys first and pass zero counts where nothing was seen).
     """
     stacked = torch.stack([count.double(), mean.double(), m2.double()])
-    if not is_distributed():
-        return stacked[0], stacked[1], stacked[2]
-    work = stacked.to("cpu")
-    parts = [torch.empty_like(work) for _ in range(world_size())]
-    dist.all_gather(parts, work, group=_group(timeout))
+    parts = all_gather(stacked, timeout=timeout)
     merged = (parts[0][0], parts[0][1], parts[0][2])
     for part in parts[1:]:
         merged = chan_merge(merged, (part[0], part[1], part[2]))
-    return tuple(t.to(count.device) for t in merged)  # type: ignore[return-value]
+    return merged
+
+
+# ---- gradients and parameters of wrapped models -------------------------------------------------------------
+
+
+def is_sharded(tensor: torch.Tensor) -> bool:
+    """Whether `tensor` is a DTensor with a sharded placement (an FSDP2 parameter or gradient)."""
+    placements = getattr(tensor, "placements", None)
+    return placements is not None and any(p.is_shard() for p in placements)
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    to_local = getattr(tensor, "to_local", None)
+    return to_local() if callable(to_local) and hasattr(tensor, "placements") else tensor
+
+
+def grad_reduction(model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> str:
+    """Say what the parameter gradients of `model` are when a watch reads them (`meta["grad_reduction"]`).
+
+    `GRAD_SHARDED` for FSDP2 models (DTensor parameters), `GRAD_AFTER_ALL_REDUCE` for a DDP-wrapped model read at
+    `optimizer.step()` (the optimizer is given), `GRAD_LOCAL` otherwise: without an optimizer the gradients are
+    read when backward ends, before DDP writes the averaged gradients back, and a model wrapped only after the
+    watch was attached is seen as unwrapped (merging across ranks checks the values and says what it found).
+    """
+    if any(is_sharded(p) for p in model.parameters()):
+        return GRAD_SHARDED
+    wrapped = isinstance(model, nn.parallel.DistributedDataParallel)
+    return GRAD_AFTER_ALL_REDUCE if wrapped and optimizer is not None else GRAD_LOCAL
+
+
+def grad_norms(model: nn.Module, *, timeout: datetime.timedelta = DEFAULT_TIMEOUT) -> dict[str, torch.Tensor]:
+    """Return the L2 norm of every parameter's full gradient, by normalized name, the same on every rank.
+
+    A collective: every rank must call it. Sharded (FSDP2) gradients combine as the square root of the ranks'
+    summed squares; other gradients are taken from the lowest rank that has one (after DDP's all-reduce they are
+    the same everywhere). Parameters without a gradient on every rank are left out. float64, on the CPU.
+    """
+    local: dict[str, tuple[bool, torch.Tensor]] = {}
+    for name, param in model.named_parameters():
+        if param.grad is not None:
+            square_sum = _local(param.grad).detach().double().square().sum().cpu()
+            local[normalize_path(name)] = (is_sharded(param.grad), square_sum)
+    names = union_keys(local, timeout=timeout)
+    packed = torch.tensor([float(local[n][1]) if n in local else math.nan for n in names], dtype=torch.float64)
+    flags = torch.tensor([local[n][0] if n in local else False for n in names], dtype=torch.float64)
+    sharded = all_reduce(flags, "max", timeout=timeout)
+    stacked = torch.stack(all_gather(packed, timeout=timeout))  # (ranks, names)
+    out = {}
+    for j, name in enumerate(names):
+        column = stacked[:, j]
+        seen = column[~column.isnan()]
+        if len(seen):
+            out[name] = (seen.sum() if sharded[j] > 0 else seen[0]).sqrt()
+    return out
+
+
+def check_replicas(
+    model: nn.Module,
+    *,
+    rtol: float = 1e-5,
+    atol: float = 1e-7,
+    timeout: datetime.timedelta = DEFAULT_TIMEOUT,
+) -> list[str]:
+    """Return the normalized names of parameters and buffers that differ across ranks (`[]`: all replicas agree).
+
+    A collective: every rank must call it and gets the same list. Each rank compares its values with rank 0's
+    (`torch.isclose` with `rtol`/`atol`, NaNs equal); a name missing or shaped differently on some rank counts as
+    different. Sharded (FSDP2) tensors are not replicas and are skipped.
+    """
+    tensors = {
+        normalize_path(name): t.detach()
+        for name, t in [*model.named_parameters(), *model.named_buffers()]
+        if not is_sharded(t)
+    }
+    shapes = gather_objects({name: tuple(t.shape) for name, t in tensors.items()}, timeout=timeout)
+    names = list(dict.fromkeys(name for table in shapes for name in table))
+    common = [n for n in names if all(table.get(n) == shapes[0].get(n) for table in shapes) and n in shapes[0]]
+    flat = torch.cat([tensors[n].reshape(-1).double().cpu() for n in common]) if common else torch.zeros(0)
+    reference = _padded(flat.double())
+    if is_distributed():
+        dist.broadcast(reference, src=0, group=_group(timeout))
+    differs, start = [], 0
+    for name in common:
+        size = tensors[name].numel()
+        mine, theirs = flat[start : start + size], reference[start : start + size]
+        differs.append(not bool(torch.isclose(mine, theirs, rtol=rtol, atol=atol, equal_nan=True).all()))
+        start += size
+    flags = all_reduce(torch.tensor(differs, dtype=torch.float64), "max", timeout=timeout)
+    bad = {n for n, flag in zip(common, flags.tolist(), strict=True) if flag > 0}
+    return [n for n in names if n in bad or n not in common]
+
+
+# ---- histograms ---------------------------------------------------------------------------------------------
+
+
+def common_edges(edges: list[torch.Tensor], *, rtol: float = 1e-6) -> tuple[torch.Tensor, bool]:
+    """Return `(edges, exact)`: the shared bin edges of several histograms, or edges covering them all.
+
+    `exact` is `True` when every histogram has the same edges (within `rtol`), so counts add up as they are;
+    otherwise the result spans the lowest to the highest edge with the most bins of any, and the counts must be
+    re-binned onto it (`rebin`), which assumes values spread evenly inside each bin.
+    """
+    first = edges[0].double()
+    if all(e.shape == first.shape and torch.allclose(e.double(), first, rtol=rtol, atol=0.0) for e in edges):
+        return first.float(), True
+    low, high = min(float(e[0]) for e in edges), max(float(e[-1]) for e in edges)
+    bins = max(e.numel() - 1 for e in edges)
+    return torch.linspace(low, high, bins + 1, dtype=torch.float64).float(), False
+
+
+def rebin(counts: torch.Tensor, edges: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Move histogram `counts` (..., bins) with `edges` (bins + 1,) onto the bins of `target` (float64).
+
+    Each bin's count is split over the target bins by the length of their overlap (values assumed even inside a
+    bin); a bin of zero width goes whole to the target bin holding it. Totals are kept when `target` covers
+    `edges`.
+    """
+    source, goal = edges.double(), target.double()
+    low, high = source[:-1, None], source[1:, None]
+    overlap = (torch.minimum(high, goal[None, 1:]) - torch.maximum(low, goal[None, :-1])).clamp(min=0)
+    width = high - low
+    share = torch.where(width > 0, overlap / width.clamp(min=1e-300), 0.0)
+    zero = (width[:, 0] <= 0).nonzero().flatten()
+    share[zero] = 0.0
+    share[zero, torch.bucketize(source[zero], goal[1:-1], right=True)] = 1.0  # the target bin holding it
+    return counts.double() @ share

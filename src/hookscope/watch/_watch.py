@@ -12,6 +12,7 @@ import torch.nn as nn
 
 from .._errors import UnobservedModuleWarning
 from ..callbacks import Callback, LoopDriver
+from ..distributed import grad_reduction
 from ..hooks import Selector, check_hookable, normalize_path, select_modules
 from ._assemble import build_results, first_from_flags, first_nonfinite, merge_first
 from ._extras import collect_extras, watch_meta
@@ -154,6 +155,7 @@ class Watch(Callback):
         self._model_ref = weakref.ref(model)
         self._optimizer_ref = None if optimizer is None else weakref.ref(optimizer)
         self._meta = watch_meta(model, optimizer, self.options, self.select)
+        self._meta["grad_reduction"] = grad_reduction(model, optimizer)  # DDP / FSDP2 / local (distributed)
         self._recorder = recorder
         apply_recorder_state(self)
         recorder.register()
