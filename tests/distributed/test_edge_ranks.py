@@ -77,7 +77,7 @@ def _body(rank: int, world: int) -> dict[str, Any]:
     other = ["0"] if rank == 0 else ["2"]  # E6: different layers per rank
     out["other_layers"], out["other_layers_stats"] = _observe(rank, other, other, empty_rank=None)
     nothing = (lambda path, module: False) if rank == 1 else None  # E2: rank 1 monitors no layer
-    out["no_layers"], _ = _observe(rank, nothing, None, empty_rank=None)
+    out["no_layers"], out["no_layers_stats"] = _observe(rank, nothing, nothing, empty_rank=None)
     out["never_recorded"] = _flat(merge_results(_model_results() if rank == 0 else WatchResults()))
     out["keys"] = union_keys([] if rank == 1 else ["a"])
     out["replicas_ok"], out["replicas_rank0_only"] = _constrained(rank, True), _constrained(rank, False)
@@ -145,6 +145,8 @@ def test_ranks_with_other_layers_or_none_merge_into_the_union(ranks: list[dict[s
         assert got["other_layers_stats"]["paths"] == ["0", "2"]
         assert got["no_layers"]["layers"] == ["0", "1", "2"]  # rank 0's; rank 1 had none
         _check(got["no_layers"]["activations"], "0", first["0"])
+        assert got["no_layers_stats"]["paths"] == ["0", "2"]
+        assert got["no_layers_stats"]["tensors"]["counts"].tolist() == [[SPLIT * 6, SPLIT * 2]] * 2
         assert got["never_recorded"]["layers"] == ["0", "1", "2"]
         _check(got["never_recorded"]["activations"], "2", first["2"])
         assert got["keys"] == ["a"]
