@@ -312,11 +312,7 @@ def _assemble(
     """Build the merged results from the stacked per-rank tables; also return the warnings to give."""
     world, tables = len(headers), _unpack(scalars, layout)
     notes: list[str] = []
-    layers: dict[str, str] = {}
-    for header in headers:
-        for path, kind in header["layers"].items():
-            layers.setdefault(path, kind)
-    merged = WatchResults(steps=torch.tensor(layout.steps, dtype=torch.int64), layers=layers)
+    merged = WatchResults(steps=torch.tensor(layout.steps, dtype=torch.int64))
     merged.activations = _series(_merge_activations(tables["activations"]), layout.activations, ACTIVATION_STATS)
     divide = float(world) if average_output_grads else 1.0
     merged.output_grads = _series(_root_sum_squares(tables["output_grads"], divide), layout.output_grads, GRAD_STATS)
@@ -324,26 +320,24 @@ def _assemble(
     if layout.has_losses:
         losses = tables["losses"]
         merged.losses = losses.nansum(0).div((~losses.isnan()).sum(0)).float()  # 0/0 = NaN: no rank logged one
-    merged.histograms, merged.hist_edges = _histograms(hists, layout)
-    rebinned = [path for path, (_, exact) in layout.hist.items() if not exact]
-    if rebinned:
-        notes.append(
-            f"histograms of {len(rebinned)} layer(s) have different bin edges on different ranks and were re-binned "
-            f"onto a common range (approximate): {', '.join(map(repr, rebinned[:5]))}; pass watch(hist_range=(low, "
-            "high)) for exact merges"
-        )
+    merged.histograms, merged.hist_edges = _histograms(hists, layout, notes)
     merged.unit_activity = _units(tables, layout)
     _merge_rest(merged, headers)
+    scaled = ", divided by the world size (gradient of the mean of the ranks' losses)" if average_output_grads else ""
+    rebinned = [path for path, (_, exact) in layout.hist.items() if not exact]
     merged.meta["distributed"] = {
         "world_size": world,
         "activations": "merged over ranks by Chan's formulas (count-weighted)",
-        "output_grads": "root sum of squares over ranks"
-        + (", divided by the world size (gradient of the mean of the ranks' losses)" if average_output_grads else ""),
+        "output_grads": "root sum of squares over ranks" + scaled,
         **report,
         "histograms": "counts summed" + (f"; re-binned (approximate): {rebinned}" if rebinned else ""),
         "recorded_steps_per_rank": [len(h["steps"]) for h in headers],
     }
     return merged, notes
+
+
+def _is_sharded(headers: list[dict[str, Any]]) -> bool:
+    return any(h["meta"].get("grad_reduction") == GRAD_SHARDED for h in headers)
 
 
 def _merge_params(
@@ -354,7 +348,7 @@ def _merge_params(
     notes: list[str],
 ) -> dict[str, Any]:
     """Fill parameter gradients and update ratios: shards by root sum of squares, replicas taken once."""
-    if any(h["meta"].get("grad_reduction") == GRAD_SHARDED for h in headers):
+    if _is_sharded(headers):
         merged.param_grads = _series(_root_sum_squares(tables["param_grads"]), layout.param_grads, GRAD_STATS)
         if layout.update_ratios:
             merged.update_ratios = {n: torch.full((len(layout.steps),), _NAN) for n in layout.update_ratios}
@@ -368,6 +362,8 @@ def _merge_params(
     merged.param_grads = _series(grads, layout.param_grads, GRAD_STATS)
     merged.update_ratios = {name: ratios[:, j, 0].float() for j, name in enumerate(layout.update_ratios)}
     report: dict[str, Any] = {"param_grads": "the same on every rank (after all-reduce): taken once"}
+    if not layout.param_grads:
+        report["param_grads"] = "none recorded"
     for group, differs in (("param_grads", grads_differ), ("update_ratios", ratios_differ)):
         if bool(differs.any()):
             steps = sorted({layout.steps[s] for s in differs.any(1).nonzero().flatten().tolist()})
@@ -383,13 +379,22 @@ def _merge_params(
     return report
 
 
-def _histograms(hists: torch.Tensor, layout: _Layout) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+def _histograms(
+    hists: torch.Tensor, layout: _Layout, notes: list[str]
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     counts, edges_out, start = {}, {}, 0
     for path, (edges, _) in layout.hist.items():
         size = len(layout.steps) * (edges.numel() - 1)
         counts[path] = hists[start : start + size].reshape(len(layout.steps), -1).float()
         edges_out[path] = edges.float()
         start += size
+    rebinned = [path for path, (_, exact) in layout.hist.items() if not exact]
+    if rebinned:
+        notes.append(
+            f"histograms of {len(rebinned)} layer(s) have different bin edges on different ranks and were re-binned "
+            f"onto a common range (approximate): {', '.join(map(repr, rebinned[:5]))}; pass watch(hist_range=(low, "
+            "high)) for exact merges"
+        )
     return counts, edges_out
 
 
@@ -408,11 +413,13 @@ def _units(tables: dict[str, torch.Tensor], layout: _Layout) -> dict[str, torch.
 
 def _merge_rest(merged: WatchResults, headers: list[dict[str, Any]]) -> None:
     """Non-series parts: first non-finite (earliest step, lowest rank), unobserved on every rank, unions, sums."""
-    merged.first_nonfinite = merge_first(*[h["first_nonfinite"] or {} for h in headers])
-    sharded = any(h["meta"].get("grad_reduction") == GRAD_SHARDED for h in headers)
     for header in headers:
-        for path, count in header["identical_units"].items():
-            if not sharded:  # replicas: the first rank's; shards cannot see duplicates across shards
+        for path, kind in header["layers"].items():
+            merged.layers.setdefault(path, kind)
+    merged.first_nonfinite = merge_first(*[h["first_nonfinite"] or {} for h in headers])
+    if not _is_sharded(headers):  # replicas: the first rank's; shards cannot see duplicates across shards
+        for header in headers:
+            for path, count in header["identical_units"].items():
                 merged.identical_units.setdefault(path, count)
     observed = {p for h in headers for p in h["layers"] if p not in h["unobserved"]}
     for header in headers:
@@ -423,5 +430,5 @@ def _merge_rest(merged: WatchResults, headers: list[dict[str, Any]]) -> None:
     for header in headers:
         for reason, count in header["dropped"].items():
             merged.dropped[reason] = merged.dropped.get(reason, 0) + count
-    merged.meta = {**headers[0]["meta"], **merged.meta}
+    merged.meta = dict(headers[0]["meta"])
     merged.meta["recorded_steps"] = max((h["meta"].get("recorded_steps", 0) for h in headers), default=0)
