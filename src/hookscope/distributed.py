@@ -25,6 +25,7 @@ import torch.nn as nn
 
 from ._errors import HookscopeWarning
 from .hooks import normalize_path
+from .reducers import StatsReducer
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -44,6 +45,7 @@ __all__ = [
     "is_main_process",
     "is_sharded",
     "merge_moments",
+    "merge_stats_reducer",
     "norm_of_shards",
     "rank",
     "rebin",
@@ -178,6 +180,26 @@ def merge_moments(
     merged = (parts[0][0], parts[0][1], parts[0][2])
     for part in parts[1:]:
         merged = chan_merge(merged, (part[0], part[1], part[2]))
+    return merged
+
+
+def merge_stats_reducer(reducer: StatsReducer, *, timeout: datetime.timedelta = DEFAULT_TIMEOUT) -> StatsReducer:
+    """Merge every rank's `StatsReducer` into a new one on the CPU (Chan's formulas, in rank order).
+
+    A collective: every rank must call it (also with a reducer that saw nothing) and gets the same result.
+
+    Raises:
+        TypeError: `reducer` is not a `StatsReducer`.
+    """
+    if not isinstance(reducer, StatsReducer):
+        raise TypeError(f"reducer must be a StatsReducer, got {type(reducer).__name__}")
+    state = reducer.state_dict()
+    state["state"] = {name: tensor.detach().cpu() for name, tensor in state["state"].items()}
+    merged = StatsReducer(**reducer.config())
+    for theirs in gather_objects(state, timeout=timeout):
+        part = StatsReducer(**theirs["config"])
+        part.load_state_dict(theirs)
+        merged.merge(part)
     return merged
 
 

@@ -26,8 +26,10 @@ from hookscope.distributed import (
     gather_objects,
     grad_norms,
     grad_reduction,
+    merge_stats_reducer,
     rebin,
 )
+from hookscope.reducers import StatsReducer
 from hookscope.watch import WatchResults, watch
 from hookscope.watch._merge import combine_results, merge_results
 
@@ -224,6 +226,8 @@ def test_merge_arguments_are_checked() -> None:
         combine_activation_stats([_stats([x]), _stats([x], near_zero=0.1)])
     with pytest.raises(ValueError, match=r"op must be one of \['max', 'min', 'sum'\], got 'mean'"):
         all_reduce(torch.ones(2), "mean")
+    with pytest.raises(TypeError, match="reducer must be a StatsReducer, got ActivationStats"):
+        merge_stats_reducer(ActivationStats())  # type: ignore[arg-type]
 
 
 def test_outside_a_process_group_collectives_return_this_process_alone() -> None:
@@ -239,6 +243,12 @@ def test_outside_a_process_group_collectives_return_this_process_alone() -> None
     assert list(norms) == ["0.weight", "0.bias", "2.weight", "2.bias"]
     assert torch.allclose(norms["0.weight"], model[0].weight.grad.double().norm())
     assert grad_reduction(model) == grad_reduction(model, torch.optim.SGD(model.parameters())) == GRAD_LOCAL
+    reducer = StatsReducer(correction=1)
+    reducer.push(_data())
+    alone = merge_stats_reducer(reducer)
+    assert alone is not reducer and alone.config() == {"correction": 1}
+    mine, theirs = alone.peek().as_dict(), reducer.peek().as_dict()  # type: ignore[union-attr]
+    assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
 
 
 def test_rebin_keeps_totals_and_is_the_identity_on_equal_edges() -> None:

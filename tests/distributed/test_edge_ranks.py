@@ -16,7 +16,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from hookscope.callbacks import ActivationStats
 from hookscope.callbacks._merge import merge_activation_stats
-from hookscope.distributed import check_replicas, grad_norms, union_keys
+from hookscope.distributed import check_replicas, grad_norms, merge_stats_reducer, union_keys
+from hookscope.reducers import StatsReducer
 from hookscope.watch import WatchResults, watch
 from hookscope.watch._merge import merge_results
 from hookscope.weights import MaxNorm, register_constraint
@@ -84,6 +85,12 @@ def _body(rank: int, world: int) -> dict[str, Any]:
     ddp = DistributedDataParallel(_model())
     ddp(_rows(rank)).pow(2).sum().backward()
     out["grad_norms"] = grad_norms(ddp)
+    halves, alone = StatsReducer(), StatsReducer()
+    halves.push(_rows(rank))
+    if rank == 0:
+        alone.push(_rows(rank))  # rank 1's reducer saw nothing
+    out["reducer"] = merge_stats_reducer(halves).peek().as_dict()  # type: ignore[union-attr]
+    out["reducer_alone"] = merge_stats_reducer(alone).peek().as_dict()  # type: ignore[union-attr]
     return out
 
 
@@ -171,3 +178,13 @@ def test_grad_norms_after_all_reduce_equal_the_whole_batch_gradient(ranks: list[
         assert list(got["grad_norms"]) == ["0.weight", "0.bias", "2.weight", "2.bias"]
         for name, param in model.named_parameters():
             assert torch.allclose(got["grad_norms"][name], param.grad.double().norm(), rtol=1e-5)
+
+
+def test_stats_reducers_merge_across_ranks_also_when_one_saw_nothing(ranks: list[dict[str, Any]]) -> None:
+    for got, rows in ((ranks[0]["reducer"], _batch()), (ranks[0]["reducer_alone"], _batch()[:SPLIT])):
+        values = rows.double().reshape(-1)
+        assert int(got["count"]) == values.numel() and int(got["nonfinite"]) == 0
+        assert torch.allclose(got["mean"], values.mean()) and torch.allclose(got["var"], values.var(correction=0))
+        assert float(got["min"]) == float(values.min()) and float(got["max"]) == float(values.max())
+    for key in ("reducer", "reducer_alone"):
+        assert all(torch.equal(ranks[0][key][name], ranks[1][key][name]) for name in ranks[0][key])
