@@ -4,7 +4,8 @@ Means and variances merge by Chan's parallel formulas (never by averaging per-ra
 the square root of summed squares, counts and histograms by summing, minima and maxima by min/max. Keys are
 unioned across ranks before any collective (a rank that recorded nothing, or other layers, still joins with
 zeros), and collectives run on a gloo group of their own with a timeout, so a missing rank fails loudly instead
-of hanging. Outside a distributed run every function returns its input merged with nothing.
+of hanging (the group of a timeout is made on its first use, itself a collective: pass the same timeout on
+every rank). Outside a distributed run every function returns its input merged with nothing.
 
 Also here: `grad_reduction` (the label saying whether parameter gradients were seen before or after DDP's
 all-reduce, or as FSDP2 shards), `grad_norms` (full gradient norms of a DDP or FSDP2 model), `check_replicas`
@@ -14,9 +15,10 @@ all-reduce, or as FSDP2 shards), `grad_norms` (full gradient norms of a DDP or F
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
@@ -99,12 +101,25 @@ def _group(timeout: datetime.timedelta) -> Any:
     return known[1]
 
 
+@contextlib.contextmanager
+def _joined(collective: str, timeout: datetime.timedelta) -> Iterator[None]:
+    """Re-raise a failed collective (a rank missing past `timeout`, or a rank gone) with what to check."""
+    try:
+        yield
+    except RuntimeError as err:
+        raise RuntimeError(
+            f"{collective} failed on rank {rank()}: not every rank joined within {timeout.total_seconds():g} s, or "
+            f"a rank failed. Every rank must call hookscope's merges, also ranks that recorded nothing. ({err})"
+        ) from err
+
+
 def gather_objects(value: Any, *, timeout: datetime.timedelta = DEFAULT_TIMEOUT) -> list[Any]:
     """Every rank's `value` (picklable, small), in rank order; `[value]` outside a distributed run."""
     if not is_distributed():
         return [value]
     gathered: list[Any] = [None] * world_size()
-    dist.all_gather_object(gathered, value, group=_group(timeout))
+    with _joined("all_gather_object", timeout):
+        dist.all_gather_object(gathered, value, group=_group(timeout))
     return gathered
 
 
@@ -126,7 +141,8 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", *, timeout: datetime.timed
     if not is_distributed():
         return tensor.clone()
     work = _padded(tensor)
-    dist.all_reduce(work, op=ops[op], group=_group(timeout))
+    with _joined("all_reduce", timeout):
+        dist.all_reduce(work, op=ops[op], group=_group(timeout))
     return work[: tensor.numel()].reshape(tensor.shape).to(tensor.device)
 
 
@@ -136,7 +152,8 @@ def all_gather(tensor: torch.Tensor, *, timeout: datetime.timedelta = DEFAULT_TI
         return [tensor.clone()]
     work = _padded(tensor)
     parts = [torch.empty_like(work) for _ in range(world_size())]
-    dist.all_gather(parts, work, group=_group(timeout))
+    with _joined("all_gather", timeout):
+        dist.all_gather(parts, work, group=_group(timeout))
     return [part[: tensor.numel()].reshape(tensor.shape).to(tensor.device) for part in parts]
 
 
@@ -281,7 +298,8 @@ def check_replicas(
     flat = torch.cat([tensors[n].reshape(-1).double().cpu() for n in common]) if common else torch.zeros(0)
     reference = _padded(flat.double())
     if is_distributed():
-        dist.broadcast(reference, src=0, group=_group(timeout))
+        with _joined("broadcast", timeout):
+            dist.broadcast(reference, src=0, group=_group(timeout))
     differs, start = [], 0
     for name in common:
         size = tensors[name].numel()

@@ -7,10 +7,12 @@ from one fails the run instead of hanging it).
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import pytest
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -91,7 +93,22 @@ def _body(rank: int, world: int) -> dict[str, Any]:
         alone.push(_rows(rank))  # rank 1's reducer saw nothing
     out["reducer"] = merge_stats_reducer(halves).peek().as_dict()  # type: ignore[union-attr]
     out["reducer_alone"] = merge_stats_reducer(alone).peek().as_dict()  # type: ignore[union-attr]
+    out["missing_rank"] = _missing_rank(rank)
     return out
+
+
+def _missing_rank(rank: int) -> str:
+    """Rank 1 never calls the merge: rank 0's collective fails after its timeout instead of hanging."""
+    short = datetime.timedelta(seconds=2)
+    union_keys([], timeout=short)  # every rank makes the group with this timeout (new_group is collective)
+    error = ""
+    if rank == 0:
+        try:
+            merge_results(WatchResults(), timeout=short)
+        except RuntimeError as err:
+            error = str(err)
+    dist.barrier()  # rank 1 waits here on the default group until rank 0 is done
+    return error
 
 
 def _model_results() -> WatchResults:
@@ -188,3 +205,10 @@ def test_stats_reducers_merge_across_ranks_also_when_one_saw_nothing(ranks: list
         assert float(got["min"]) == float(values.min()) and float(got["max"]) == float(values.max())
     for key in ("reducer", "reducer_alone"):
         assert all(torch.equal(ranks[0][key][name], ranks[1][key][name]) for name in ranks[0][key])
+
+
+def test_a_rank_that_never_joins_fails_the_merge_after_the_timeout(ranks: list[dict[str, Any]]) -> None:
+    assert ranks[1]["missing_rank"] == ""
+    message = ranks[0]["missing_rank"]
+    assert message.startswith("all_gather_object failed on rank 0: not every rank joined within 2 s, or a rank failed")
+    assert "Every rank must call hookscope's merges" in message and "Timed out" in message
