@@ -9,8 +9,9 @@ every rank). Outside a distributed run every function returns its input merged w
 
 Also here: `grad_reduction` (the label saying whether parameter gradients were seen before or after DDP's
 all-reduce, or as FSDP2 shards), `grad_norms` (full gradient norms of a DDP or FSDP2 model), `check_replicas`
-(which parameters differ across ranks) and the histogram helpers `common_edges`/`rebin`. The merges of
-`WatchResults` and `ActivationStats` build on these (`hookscope.watch._merge`, `hookscope.callbacks._merge`).
+(which parameters differ across ranks), `merge_stats_reducer`, and the histogram helpers `common_edges`/`rebin`.
+The merges of `WatchResults` and `ActivationStats` build on these (`hookscope.watch._merge`,
+`hookscope.callbacks._merge`).
 """
 
 from __future__ import annotations
