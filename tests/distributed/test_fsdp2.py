@@ -15,6 +15,8 @@ import pytest
 import torch
 import torch.nn as nn
 
+from hookscope.callbacks import ActivationStats
+from hookscope.callbacks._merge import merge_activation_stats
 from hookscope.distributed import GRAD_SHARDED, grad_norms, is_sharded
 from hookscope.hooks import register_post_accumulate_grad_hook
 from hookscope.watch import WatchResults, watch
@@ -37,17 +39,17 @@ def _batches() -> list[torch.Tensor]:
 
 
 def _train(model: nn.Module, rank: int, world: int, read: Callable[[nn.Module], dict[str, torch.Tensor]]) -> Any:
-    """SGD steps on this rank's rows under watch(); `read(model)` after each backward; return results, reads."""
+    """SGD steps on this rank's rows under watch() and ActivationStats; `read(model)` after each backward."""
     opt = torch.optim.SGD(model.parameters(), lr=0.2)
-    reads = []
-    with watch(model, opt, groups=GROUPS, hist_range=RANGE) as w:
+    reads, stats = [], ActivationStats(with_hist=True, hist_range=RANGE)
+    with watch(model, opt, groups=GROUPS, hist_range=RANGE) as w, stats.attach(model, opt):
         for batch in _batches():
             rows = batch if world == 1 else (batch[:SPLIT] if rank == 0 else batch[SPLIT:])
             (model(rows).pow(2).sum() * world / ROWS).backward()  # FSDP averages: the whole batch's gradient
             reads.append(read(model))
             opt.step()
             opt.zero_grad()
-    return w.results(), {name: torch.stack([r[name] for r in reads]) for name in reads[0]}
+    return w.results(), stats, {name: torch.stack([r[name] for r in reads]) for name in reads[0]}
 
 
 def _body(rank: int, world: int) -> dict[str, Any]:
@@ -64,7 +66,7 @@ def _body(rank: int, world: int) -> dict[str, Any]:
             shard_sums.setdefault(name, []).append(local.detach().double().square().sum())
 
         register_post_accumulate_grad_hook(param, hook)
-    local, full_norms = _train(model, rank, world, grad_norms)
+    local, stats, full_norms = _train(model, rank, world, grad_norms)
     shards = WatchResults(
         steps=torch.arange(STEPS),
         param_grads={
@@ -83,6 +85,7 @@ def _body(rank: int, world: int) -> dict[str, Any]:
         "param_grads": {name: stats["norm"] for name, stats in merged_shards.param_grads.items()},
         "own_shards": {name: torch.stack(v).sqrt() for name, v in shard_sums.items()},
         "grad_norms": full_norms,
+        "stats": merge_activation_stats(stats).state_dict(),
     }
 
 
@@ -98,8 +101,8 @@ def reference() -> dict[str, Any]:
     def read(model: nn.Module) -> dict[str, torch.Tensor]:
         return {name: p.grad.double().norm() for name, p in model.named_parameters() if p.grad is not None}
 
-    results, norms = _train(_model(), 0, 1, read)
-    return {"results": results, "grad_norms": norms}
+    results, stats, norms = _train(_model(), 0, 1, read)
+    return {"results": results, "stats": stats, "grad_norms": norms}
 
 
 def test_fsdp2_parameters_are_sharded_and_labelled(ranks: list[dict[str, Any]]) -> None:
@@ -109,7 +112,7 @@ def test_fsdp2_parameters_are_sharded_and_labelled(ranks: list[dict[str, Any]]) 
         assert got["layers"] == ["0", "1", "2"]  # the same paths as the plain model
 
 
-def test_fsdp2_merged_activations_and_output_grads_equal_one_process(
+def test_fsdp2_merged_activations_output_grads_and_activation_stats_equal_one_process(
     ranks: list[dict[str, Any]], reference: dict[str, Any]
 ) -> None:
     want: WatchResults = reference["results"]
@@ -121,6 +124,15 @@ def test_fsdp2_merged_activations_and_output_grads_equal_one_process(
                     assert torch.allclose(mine, values, rtol=1e-5, atol=1e-6, equal_nan=True), (group, path, stat)
         for path, counts in want.histograms.items():
             assert torch.equal(got["histograms"][path], counts)
+        stats, want_stats = ActivationStats(with_hist=True, hist_range=RANGE), reference["stats"]
+        stats.load_state_dict(got["stats"])
+        assert stats.paths == want_stats.paths == ["0", "2"]
+        for j in range(2):
+            assert all(
+                torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+                for a, b in zip(stats.layer_stats(j), want_stats.layer_stats(j), strict=True)
+            )
+            assert torch.equal(stats.hist(j), want_stats.hist(j))
 
 
 def test_fsdp2_gradient_norms_are_root_sums_of_squares_of_the_shards(
