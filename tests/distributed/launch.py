@@ -7,6 +7,7 @@ modules, so torch._dynamo, which DDP and FSDP import when constructed (seconds),
 from __future__ import annotations
 
 import datetime
+import importlib
 import multiprocessing
 import os
 import tempfile
@@ -38,9 +39,10 @@ def _entry(rank: int, world: int, store: str, fn: Callable[..., Any], args: tupl
 
 def run_ranks(fn: Callable[..., Any], *args: Any, world: int = 2) -> list[Any]:
     """Run `fn(rank, world, *args)` on `world` ranks; return each rank's result (tensors/dicts/lists)."""
-    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    can_fork = "fork" in multiprocessing.get_all_start_methods() and not torch.cuda.is_initialized()
+    method = "fork" if can_fork else "spawn"  # a forked child of a CUDA process cannot use CUDA
     if method == "fork":
-        import torch._dynamo
+        importlib.import_module("torch._dynamo")
     with tempfile.TemporaryDirectory() as folder:
         store, out = os.path.join(folder, "store"), os.path.join(folder, "out")
         try:
