@@ -6,6 +6,7 @@ import gc
 import weakref
 
 import pytest
+import torch
 import torch.nn as nn
 
 from hookscope.hooks import named_modules
@@ -39,3 +40,19 @@ def test_named_modules_does_not_keep_the_model_alive_without_the_collector() -> 
         assert reference() is None
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("mode", ["forward", "step"])
+def test_a_constraint_stays_in_force_when_its_handle_is_dropped(mode: str) -> None:
+    from hookscope.weights import MaxNorm, register_constraint
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=10.0)
+    register_constraint(model, MaxNorm(1.0), mode=mode, optimizer=optimizer if mode == "step" else None)
+    gc.collect()
+    for _ in range(3):
+        optimizer.zero_grad()
+        model(torch.randn(8, 4)).pow(2).sum().backward()
+        optimizer.step()
+    model(torch.randn(1, 4))  # forward mode projects before each forward
+    assert model[0].weight.detach().norm(dim=1).max() <= 1.0 + 1e-5

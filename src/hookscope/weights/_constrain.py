@@ -191,24 +191,19 @@ def register_constraint(
     return handle
 
 
+# The hooks hold their handle strongly: a constraint stays in force until `remove()`, whether or not the caller
+# keeps the handle (as torch's hooks do). The handle holds its modules weakly, so no cycle keeps a model alive.
 def _after_step(handle: ConstraintHandle) -> Callable[[torch.optim.Optimizer, Any, Any], None]:
-    reference = weakref.ref(handle)
-
     def hook(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        alive = reference()
-        if alive is not None and not is_nested_step(optimizer):
-            alive.apply()
+        if not is_nested_step(optimizer):
+            handle.apply()
 
     return hook
 
 
 def _before_forward(handle: ConstraintHandle, path: str) -> Callable[[nn.Module, Any], None]:
-    reference = weakref.ref(handle)
-
     def hook(module: nn.Module, args: Any) -> None:
-        alive = reference()
-        if alive is not None:
-            alive._project(path, module)
+        handle._project(path, module)
 
     return hook
 
