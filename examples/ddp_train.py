@@ -19,8 +19,7 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
 from hookscope.distributed import is_main_process
-from hookscope.watch import watch
-from hookscope.watch._merge import merge_results
+from hookscope.watch import merge_results, watch
 
 
 def make_blobs(n: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:

@@ -60,7 +60,7 @@ from .summary import (
     summary,
     total_params,
 )
-from .watch import Watch, WatchResults, watch
+from .watch import Watch, WatchResults, combine_results, merge_results, watch
 from .weights import (
     Clamp,
     MaxNorm,
@@ -123,6 +123,7 @@ __all__ = [
     "add_weight_norm_constraint_hook",
     "add_weight_update_monitor_hook",
     "analyze_weight_updates",
+    "combine_results",
     "compute_weight_changes",
     "detect_weight_symmetry_breaking",
     "diagnose",
@@ -134,6 +135,7 @@ __all__ = [
     "layer_info",
     "list_hooks",
     "load_state",
+    "merge_results",
     "model_sizes",
     "module_summary",
     "named_modules",

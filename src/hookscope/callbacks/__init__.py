@@ -11,5 +11,14 @@ is a callback too. Nothing here imports the trainers.
 from ._activation_stats import ActivationStats, RecordsDroppedWarning
 from ._base import Callback, LoopDriver
 from ._hook_callback import HookCallback
+from ._merge import combine_activation_stats, merge_activation_stats
 
-__all__ = ["ActivationStats", "Callback", "HookCallback", "LoopDriver", "RecordsDroppedWarning"]
+__all__ = [
+    "ActivationStats",
+    "Callback",
+    "HookCallback",
+    "LoopDriver",
+    "RecordsDroppedWarning",
+    "combine_activation_stats",
+    "merge_activation_stats",
+]

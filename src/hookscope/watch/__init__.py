@@ -9,6 +9,7 @@ flushed steps to CSV, JSON lines or TensorBoard; `_state.py` resumes a run.
 """
 
 from ._kernels import identical_units
+from ._merge import combine_results, merge_results
 from ._options import GROUPS
 from ._results import ACTIVATION_STATS, GRAD_STATS, WatchResults
 from ._sinks import CSVSink, JSONLSink, Sink, TensorBoardSink
@@ -25,7 +26,9 @@ __all__ = [
     "TensorBoardSink",
     "Watch",
     "WatchResults",
+    "combine_results",
     "default_selector",
     "identical_units",
+    "merge_results",
     "watch",
 ]
