@@ -3,7 +3,7 @@
 The public surface is flat: every name below is re-exported from its subpackage.
 """
 
-from ._errors import CompiledModelWarning, HookscopeWarning, UnobservedModuleWarning
+from ._errors import CompiledModelWarning, HookscopeWarning, MergeWarning, UnobservedModuleWarning
 from .callbacks import ActivationStats, Callback, HookCallback, LoopDriver
 from .checkpoint import load_state, save_state
 from .doctor import Finding, diagnose, format_findings
@@ -100,6 +100,7 @@ __all__ = [
     "InputMonitor",
     "LoopDriver",
     "MaxNorm",
+    "MergeWarning",
     "ModelSummary",
     "Monitor",
     "MonitorPool",

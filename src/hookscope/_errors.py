@@ -22,6 +22,10 @@ class CompiledModelWarning(HookscopeWarning):
     """Hooks were attached to a model that torch.compile may already have traced without them."""
 
 
+class MergeWarning(HookscopeWarning):
+    """Statistics merged across ranks were approximated or left out (the merged results' meta says which)."""
+
+
 class UnobservedModuleWarning(HookscopeWarning):
     """A selected module never fired during a step (its hooks cannot see what it does)."""
 

@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from ._errors import HookscopeWarning
+from ._errors import MergeWarning
 from .hooks import normalize_path
 from .reducers import StatsReducer
 
@@ -67,10 +67,6 @@ GRAD_SHARDED = "sharded, combined as root sum of squares"
 of the ranks' summed squares."""
 
 _GROUPS: dict[float, tuple[Any, Any]] = {}
-
-
-class MergeWarning(HookscopeWarning):
-    """Statistics merged across ranks were approximated or left out (the merged results' meta says which)."""
 
 
 def is_distributed() -> bool:
