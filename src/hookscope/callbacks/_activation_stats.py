@@ -12,6 +12,16 @@ import torch.nn as nn
 from .._errors import HookscopeWarning
 from ..hooks import Selector, tensor_leaves
 from ._hook_callback import HookCallback, HookFunction
+from ._moments import (
+    BATCH_BELOW,
+    RecordLayout,
+    hist_counts,
+    hist_scale,
+    large_moments,
+    scratch_like,
+    small_hist,
+    small_moments,
+)
 
 __all__ = ["ActivationStats", "RecordsDroppedWarning"]
 
@@ -32,7 +42,10 @@ class ActivationStats(HookCallback):
     Unlike fastai: statistics stay on the device until read (no host sync per layer per batch), at most
     `capacity` records are kept (later ones are counted in `dropped`), and histograms keep negatives: with
     `hist_range=None` the range is fixed, symmetric, from the first record of each module, and values outside it
-    land in the end bins, so each histogram counts every value but NaNs.
+    land in the end bins, so each histogram counts every value but NaNs. Outputs of 32768 values or more are
+    described when their hook runs; smaller ones are copied and described together when the batch ends (a fixed
+    number of torch calls per batch, whatever the number of modules). Under `torch.compile` (attach first) the
+    traced hooks only hand their outputs over, and the statistics are the same as in eager mode.
 
     Args:
         with_hist: Also record a histogram of each output.
@@ -83,14 +96,21 @@ class ActivationStats(HookCallback):
 
     def _reset(self) -> None:
         self._row = -1
-        self._row_views: tuple[tuple[torch.Tensor, ...], ...] | None = None
+        self._recording = False  # the flag traced hooks read (a bool: compiled code is reused across batches)
         self._records = 0
         self._counts: list[list[int]] = []
         self._moments: torch.Tensor | None = None  # (rows, modules, 3): mean, population variance, count <= nz
         self._hists: torch.Tensor | None = None  # (rows, modules, bins)
         self._scales: list[tuple[torch.Tensor, torch.Tensor] | None] = []
+        self._scale_table: tuple[torch.Tensor, torch.Tensor] | None = None  # (modules,) float64 each, on device
         self._cache: list[list[dict[str, Any]]] | None = None
         self._warned = False
+        self._pending_row = -1  # the record the pending outputs belong to
+        self._small: list[tuple[int, torch.Tensor]] = []  # (module, float32 copy) of small outputs
+        self._large: list[tuple[int, int, torch.Tensor, torch.Tensor | None]] = []  # (module, n, moments, hist)
+        self._traced: list[tuple[int, torch.Tensor]] = []  # outputs handed over by hooks traced by torch.compile
+        self._layouts: dict[tuple[tuple[int, int], ...], RecordLayout] = {}
+        self._scratch: dict[torch.device, torch.Tensor] = {}
 
     def on_fit_start(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> None:
         """Start a new set of records (as fastai) and resolve the modules."""
@@ -106,17 +126,25 @@ class ActivationStats(HookCallback):
         if self._records >= self.capacity:
             self._drop()
             return
+        self._settle()
         self._row = self._records
-        self._row_views = None
+        self._recording = True
         self._records += 1
         self._counts.append([0] * len(self.paths))
         self._cache = None
         super().on_batch_start(batch)
 
     def on_batch_end(self, batch: int) -> None:
-        """Close the open record."""
-        self._row = -1
+        """Close the open record: describe its small outputs together."""
+        self._settle()
+        self._row, self._recording = -1, False
         super().on_batch_end(batch)
+
+    def on_fit_end(self, error: BaseException | None = None) -> None:
+        """Describe what is pending and remove the hooks (as `HookCallback`)."""
+        self._settle()
+        self._scratch.clear()
+        super().on_fit_end(error)
 
     def _drop(self) -> None:
         self.dropped += 1
@@ -142,7 +170,11 @@ class ActivationStats(HookCallback):
         record, ref = self._record, self._module_refs[index]
 
         def hook_fn(module: nn.Module, inputs: Any, output: Any) -> None:
-            if module is ref():  # not a deepcopy of the model, which shares the hooks
+            if torch.compiler.is_compiling():  # traced: read one flag, append to one list, nothing else
+                x = _first_float(output)
+                if self._recording and x is not None and x.numel():
+                    self._traced.append((index, x.detach().to(torch.float32, copy=True)))
+            elif module is ref():  # not a deepcopy of the model, which shares the hooks
                 record(index, output)
 
         return hook_fn
@@ -157,36 +189,106 @@ class ActivationStats(HookCallback):
         x = x.detach()
         if self.cpu:
             x = x.cpu()
-        xf = x if x.dtype == torch.float32 else x.float()
-        count, n = self._counts[row][index], xf.numel()
-        moments = _moments(xf, n, self.near_zero)
-        views = self._row_views or self._make_row_views(row, xf.device)
-        if count == 0:
-            views[0][index].copy_(moments)
+        self._pending_row = row
+        if x.numel() < BATCH_BELOW:
+            self._small.append((index, x.to(torch.float32, copy=True)))  # a copy: in-place ops may follow
         else:
-            _merge_moments(views[0][index], moments, count, n)
-        self._counts[row][index] = count + n
+            self._describe_large(index, x.reshape(-1) if x.dtype == torch.float32 else x.reshape(-1).float())
+
+    def _describe_large(self, index: int, flat: torch.Tensor) -> None:
+        scratch = scratch_like(self._scratch, flat)
+        moments = large_moments(flat, self.near_zero, scratch)
+        hist = None
         if self.with_hist:
-            self._record_hist(views[1][index], index, xf, count == 0)
+            scale, shift = self._scale_of(index, flat)
+            hist = hist_counts(flat, scale, shift, self.hist_bins, scratch)
+        self._large.append((index, flat.numel(), moments, hist))
 
-    def _make_row_views(self, row: int, device: torch.device) -> tuple[tuple[torch.Tensor, ...], ...]:
-        """Per-module views of the open record's rows, made once per record (no indexing in the hooks)."""
-        moments = self._buffer(row, device)
-        hists = self._hists[row].unbind(0) if self._hists is not None else ()
-        self._row_views = (moments[row].unbind(0), hists)
-        return self._row_views
+    def _scale_of(self, index: int, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        scale, shift = self._tables(flat.device)
+        if self._scales[index] is None:
+            new_scale, new_shift = hist_scale(flat, self.hist_bins, self.hist_range)
+            scale[index], shift[index] = new_scale, new_shift
+            self._scales[index] = (scale[index], shift[index])
+        return scale[index], shift[index]
 
-    def _record_hist(self, target: torch.Tensor, index: int, xf: torch.Tensor, first: bool) -> None:
-        scale_shift = self._scales[index]
-        if scale_shift is None:
-            scale_shift = self._scales[index] = _hist_scale(xf, self.hist_bins, self.hist_range)
-        scale, shift = scale_shift
-        bins = self.hist_bins
-        counts = torch.histc(torch.addcmul(shift, xf, scale).clamp_(0, bins), bins, 0, bins)
-        if first:
-            target.copy_(counts)
+    def _tables(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """The histogram `(scale, shift)` of every module as (modules,) float64 device tensors."""
+        tables = self._scale_table
+        if tables is None or tables[0].device != device:
+            modules = len(self.paths)
+            scale = torch.ones(modules, dtype=torch.float64, device=device)
+            shift = torch.zeros(modules, dtype=torch.float64, device=device)
+            for j, value in enumerate(self._scales):
+                if value is not None:
+                    scale[j], shift[j] = value[0].to(device), value[1].to(device)
+                    self._scales[j] = (scale[j], shift[j])
+            tables = self._scale_table = (scale, shift)
+            self._layouts.clear()
+        return tables
+
+    def _settle(self) -> None:
+        """Write the pending outputs of the record into its row (small ones with a fixed number of calls)."""
+        if self._traced and self._row >= 0:
+            self._pending_row = self._row
+        for index, tensor in self._traced:
+            if tensor.numel() < BATCH_BELOW:
+                self._small.append((index, tensor))
+            else:
+                self._describe_large(index, tensor.reshape(-1))
+        self._traced = []
+        if not (self._small or self._large) or self._pending_row < 0:
+            return
+        small, large, row = self._small, self._large, self._pending_row
+        self._small, self._large, self._cache = [], [], None
+        device = small[0][1].device if small else large[0][2].device
+        moments, counts = self._buffer(row, device), self._counts[row]
+        if small:
+            self._settle_small(row, small, moments, counts)
+        for index, n, values, hist in large:
+            target = moments[row, index]
+            if counts[index] == 0:
+                target.copy_(values)
+            else:
+                _merge_moments(target, values, counts[index], n)
+            counts[index] += n
+            if hist is not None and self._hists is not None:
+                self._hists[row, index].add_(hist)
+
+    def _settle_small(
+        self, row: int, small: list[tuple[int, torch.Tensor]], moments: torch.Tensor, counts: list[int]
+    ) -> None:
+        parts = tuple((index, tensor.numel()) for index, tensor in small)
+        values = torch._C._nn.flatten_dense_tensors([tensor for _, tensor in small]).double()
+        layout = self._layouts.get(parts)
+        if layout is None:
+            if len(self._layouts) >= 32:
+                self._layouts.clear()
+            layout = self._layouts[parts] = RecordLayout(parts, len(self.paths), self.hist_bins, values.device)
+        table = small_moments(values, layout, self.near_zero)
+        if any(counts[j] for j in layout.modules):  # described in part already (settled mid-batch): merge
+            for g, j in enumerate(layout.modules):
+                _merge_into(moments[row, j], table[g].float(), counts[j], layout.sizes[g])
         else:
-            target.add_(counts)
+            moments[row].view(-1).index_copy_(0, layout.targets, table.view(-1).float())
+        for j, size in zip(layout.modules, layout.sizes, strict=True):
+            counts[j] += size
+        if self.with_hist and self._hists is not None:
+            self._hists[row].view(-1).add_(small_hist(values, layout, self._hist_positions(layout, values)))
+
+    def _hist_positions(self, layout: RecordLayout, values: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if layout.hist is None:
+            scale, shift = self._tables(values.device)
+            missing = [g for g, j in enumerate(layout.modules) if self._scales[j] is None]
+            if missing:
+                largest = torch.full((len(layout.modules),), math.nan, dtype=torch.float64, device=values.device)
+                largest.scatter_reduce_(0, layout.seg, values.abs(), "amax", include_self=False)
+                for g in missing:
+                    j = layout.modules[g]
+                    scale[j], shift[j] = hist_scale(largest[g : g + 1], self.hist_bins, self.hist_range)
+                    self._scales[j] = (scale[j], shift[j])
+            layout.hist = layout.hist_positions(scale, shift)
+        return layout.hist
 
     def _buffer(self, row: int, device: torch.device) -> torch.Tensor:
         moments = self._moments
@@ -220,6 +322,7 @@ class ActivationStats(HookCallback):
         return out
 
     def _table(self) -> tuple[list[list[float]], list[list[float]], list[list[float]]]:
+        self._settle()
         records, modules = self._records, len(self.paths)
         counts = torch.tensor(self._counts, dtype=torch.float64).reshape(records, modules)
         if self._moments is None:
@@ -235,6 +338,7 @@ class ActivationStats(HookCallback):
         return mean.float().tolist(), std.float().tolist(), near_zero.float().tolist()
 
     def _hist_table(self) -> torch.Tensor | None:
+        self._settle()
         if not self.with_hist:
             return None
         if self._hists is None:
@@ -275,6 +379,7 @@ class ActivationStats(HookCallback):
         Raises:
             ValueError: `idx` is not the index of an observed module.
         """
+        self._settle()
         scale_shift = self._scales[self._index(idx)] if self._scales else None
         if scale_shift is None:
             return torch.full((self.hist_bins + 1,), math.nan)
@@ -295,6 +400,7 @@ class ActivationStats(HookCallback):
 
     def state_dict(self) -> dict[str, Any]:
         """Return the records (on the CPU), counts and histogram ranges."""
+        self._settle()
         table = {"counts": torch.tensor(self._counts, dtype=torch.int64).reshape(self._records, len(self.paths))}
         if self._moments is not None:
             table["moments"] = self._moments[: self._records].cpu().clone()
@@ -317,6 +423,8 @@ class ActivationStats(HookCallback):
         self._records = len(self._counts)
         self._moments, self._hists = tensors.get("moments"), tensors.get("hists")
         self._scales = [None if s is None else (s[0], s[1]) for s in state["scales"]]
+        self._scale_table = None
+        self._layouts.clear()
         self._cache = None
 
 
@@ -338,14 +446,6 @@ def _first_float(output: Any) -> torch.Tensor | None:
     return None
 
 
-def _moments(xf: torch.Tensor, n: int, near_zero: float) -> torch.Tensor:
-    """(mean, population variance, count <= near_zero) of `xf`, with vectorized kernels only (two-pass variance;
-    the count sums a float 0/1 tensor, much faster on the CPU than reducing a bool one)."""
-    mean = xf.sum() / n
-    spread = torch.linalg.vector_norm(xf - mean)
-    return torch.stack((mean, spread * spread / n, (xf - near_zero).le_(0).sum()))
-
-
 def _merge_moments(target: torch.Tensor, new: torch.Tensor, count: int, n: int) -> None:
     """Merge (mean, population variance, near-zero count) of `n` new values into `target` of `count` (Chan)."""
     total = count + n
@@ -354,18 +454,11 @@ def _merge_moments(target: torch.Tensor, new: torch.Tensor, count: int, n: int) 
     target.copy_(torch.stack((target[0] + delta * (n / total), variance, target[2] + new[2])))
 
 
-def _hist_scale(
-    xf: torch.Tensor, bins: int, hist_range: tuple[float, float] | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Return 0-d device tensors `(scale, shift)` mapping the range onto `[0, bins]` (no host sync)."""
-    if hist_range is not None:
-        low, high = hist_range
-        scale = bins / (high - low)
-        return torch.tensor(scale, device=xf.device), torch.tensor(-low * scale, device=xf.device)
-    smallest, largest = torch.aminmax(xf)
-    bound = torch.maximum(-smallest, largest)
-    bound = torch.where(torch.isfinite(bound) & (bound > 0), bound, torch.ones_like(bound))
-    return bins / (2 * bound), torch.tensor(bins / 2, device=xf.device)
+def _merge_into(target: torch.Tensor, new: torch.Tensor, count: int, n: int) -> None:
+    if count == 0:
+        target.copy_(new)
+    else:
+        _merge_moments(target, new, count, n)
 
 
 def _grow(old: torch.Tensor | None, shape: tuple[int, int, int], device: torch.device) -> torch.Tensor:

@@ -133,13 +133,15 @@ class LoopDriver:
 
     def _calling(self, name: str) -> Callable[..., None]:
         """A plain function calling method `name`: `copy.deepcopy` of the model copies a function as it is,
-        where it would try to copy the driver behind a bound method (and fail on its locks)."""
+        where it would try to copy the driver behind a bound method (and fail on its locks). `torch.compile`
+        runs it as is, before or after the compiled graph: tracing the events' bookkeeping would break the graph
+        or recompile it at every batch."""
         method = getattr(self, name)
 
         def call(*args: Any) -> None:
             method(*args)
 
-        return call
+        return torch.compiler.disable(call)  # type: ignore[no-untyped-call,no-any-return]
 
     def _forward_pre(self, module: nn.Module, args: Any) -> None:
         if module is not self._model():  # a deepcopy of the model (EMA, teacher) shares the hooks: not ours
@@ -153,6 +155,10 @@ class LoopDriver:
 
     def _forward(self, module: nn.Module, args: Any, output: Any) -> None:
         if not self.is_batch_open or module is not self._model():
+            return
+        if type(output) is torch.Tensor:  # one output: a tensor hook fires once per backward through it (cheaper)
+            if output.requires_grad:
+                output.register_hook(self._backward_started)  # type: ignore[no-untyped-call]
             return
         leaves = [t for _, t in tensor_leaves(output) if t.requires_grad]
         if leaves:  # fires once per backward through the output, then waits for the whole backward to finish

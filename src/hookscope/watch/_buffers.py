@@ -1,8 +1,9 @@
-"""Preallocated device buffers for the recorded steps, flushed to the host in one transfer when full or read.
+"""Preallocated device rows for the recorded steps, flushed to the host in one transfer when full or read.
 
-`StepBuffers` holds one row per recorded step (up to `rows`) for every statistic group; hooks write into a row
-with plain tensor copies, and Python-side counters say what each row has seen, so no statistic is read back
-until `take()` moves the rows to the CPU as a `Chunk` with the final statistics (`ACTIVATION_STATS`,
+`StepBuffers` holds one flat row per recorded step (up to `rows`), laid out by `RowLayout`: every statistic of
+every module and parameter has a fixed column, so a step's results are written with a handful of `index_copy_`
+/ `index_add_` calls and a whole chunk of steps moves to the CPU with one copy. Python-side counters say what
+each row has seen; `take()` turns rows into a `Chunk` with the final statistics (`ACTIVATION_STATS`,
 `GRAD_STATS`), NaN where nothing was observed.
 """
 
@@ -13,7 +14,10 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Chunk", "StepBuffers"]
+__all__ = ["ACTIVATION", "OUTPUT_GRAD", "PARAM_GRAD", "Chunk", "RowLayout", "StepBuffers"]
+
+ACTIVATION, OUTPUT_GRAD, PARAM_GRAD = 0, 1, 2
+"""Kinds of recorded tensors (activation of a module, gradient of its output, gradient of a parameter)."""
 
 
 @dataclass
@@ -51,42 +55,79 @@ class Chunk:
 _TABLES = ("steps", "activations", "histograms", "output_grads", "param_grads", "update_ratios", "losses")
 
 
+class RowLayout:
+    """Columns of one step's row: per module 7 raw activation statistics (`RAW_ACTIVATION`), `bins` histogram
+    counts and 3 output-gradient columns (sum of squares, non-finite count, value count); per parameter 2
+    gradient columns (sum of squares, non-finite count) and the update ratio; the loss; a dump column that
+    absorbs writes with nowhere to go."""
+
+    def __init__(self, modules: int, params: int, bins: int) -> None:
+        self.modules, self.params, self.bins = modules, params, bins
+        self.hist_at = modules * 7
+        self.grad_at = self.hist_at + modules * bins
+        self.param_at = self.grad_at + modules * 3
+        self.ratio_at = self.param_at + params * 2
+        self.loss_at = self.ratio_at + params
+        self.dump = self.loss_at + 1
+        self.width = self.dump + 1
+
+    def start(self, kind: int, index: int) -> int:
+        """The first column of the statistics of `kind` (`ACTIVATION` ...) for module or parameter `index`."""
+        if kind == ACTIVATION:
+            return index * 7
+        if kind == OUTPUT_GRAD:
+            return self.grad_at + index * 3
+        return self.param_at + index * 2
+
+    def hist(self, index: int) -> int:
+        """The first histogram column of module `index`."""
+        return self.hist_at + index * self.bins
+
+    def split(self, table: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Views of a (rows, width) table: activations (rows, modules, 7), histograms, output_grads (rows,
+        modules, 3), param_grads (rows, params, 2), update_ratios, losses."""
+        m, p, bins, rows = self.modules, self.params, self.bins, table.shape[0]
+        return {
+            "activations": table[:, : self.hist_at].view(rows, m, 7),
+            "histograms": table[:, self.hist_at : self.grad_at].view(rows, m, bins),
+            "output_grads": table[:, self.grad_at : self.param_at].view(rows, m, 3),
+            "param_grads": table[:, self.param_at : self.ratio_at].view(rows, p, 2),
+            "update_ratios": table[:, self.ratio_at : self.loss_at],
+            "losses": table[:, self.loss_at],
+        }
+
+
 class StepBuffers:
     """Device rows for up to `rows` recorded steps of `modules` modules and `params` parameters.
 
-    Rows are a ring addressed by a row id that only grows (`slot = row_id % rows`): hooks keep the id of the row
-    they write into and check `is_live(row_id)`, so a row flushed meanwhile is never written again.
+    Rows are a ring addressed by a row id that only grows (`slot = row_id % rows`): writers keep the id of the
+    row they write into and check `is_live(row_id)`, so a row flushed meanwhile is never written again. A new
+    row starts at zero (histograms and gradient sums accumulate into it).
     """
 
     def __init__(self, rows: int, modules: int, params: int, bins: int) -> None:
         self.rows, self.modules, self.params, self.bins = rows, modules, params, bins
+        self.layout = RowLayout(modules, params, bins)
         self.first_id = 0  # the oldest row not flushed yet
         self.next_id = 0  # the id the next row gets
         self.steps = [0] * rows
-        self.counts = [[0] * modules for _ in range(rows)]  # values observed per (slot, module)
-        self.grad_values = [[0] * modules for _ in range(rows)]  # gradient values received per (slot, module)
+        self.counts = [[0] * modules for _ in range(rows)]  # activation values observed per (slot, module)
         self.param_seen = [False] * rows
         self.ratio_seen = [False] * rows
         self.loss_calls = [0] * rows
         self.device: torch.device | None = None
-        self.tensors: dict[str, torch.Tensor] = {}
-        self._views: list[dict[str, tuple[torch.Tensor, ...]]] = [{} for _ in range(rows)]
+        self.table: torch.Tensor | None = None  # (rows, layout.width) float32
 
-    def allocate(self, device: torch.device) -> None:
-        """Allocate the device tensors on `device` (once)."""
-        if self.device is not None:
-            return
-        self.device = device
-        rows, modules, params = self.rows, self.modules, self.params
-        shapes = {
-            "activations": (rows, modules, 7),
-            "histograms": (rows, modules, self.bins),
-            "output_grads": (rows, modules, 2),
-            "param_grads": (rows, params, 2),
-            "update_ratios": (rows, params),
-            "losses": (rows,),
-        }
-        self.tensors = {name: torch.zeros(shape, device=device) for name, shape in shapes.items()}
+    def allocate(self, device: torch.device) -> torch.Tensor:
+        """Allocate the device rows on `device` (once) and return the (rows, width) table."""
+        if self.table is None:
+            self.device = device
+            self.table = torch.zeros(self.rows, self.layout.width, device=device)
+        return self.table
+
+    def row(self, row_id: int, device: torch.device) -> torch.Tensor:
+        """The (width,) row of `row_id` (allocated on `device` when nothing is yet)."""
+        return self.allocate(device)[row_id % self.rows]
 
     @property
     def is_full(self) -> bool:
@@ -104,18 +145,11 @@ class StepBuffers:
         self.next_id += 1
         self.steps[slot] = step
         self.counts[slot] = [0] * self.modules
-        self.grad_values[slot] = [0] * self.modules
         self.param_seen[slot] = self.ratio_seen[slot] = False
         self.loss_calls[slot] = 0
-        self._views[slot] = {}
+        if self.table is not None:
+            self.table[slot].zero_()
         return row_id
-
-    def module_view(self, slot: int, name: str, index: int) -> torch.Tensor:
-        """The (columns,) view of module `index` in table `name` at `slot` (views made once per row and table)."""
-        views = self._views[slot].get(name)
-        if views is None:
-            views = self._views[slot][name] = self.tensors[name][slot].unbind(0)
-        return views[index]
 
     def take(self, stop_id: int | None = None) -> Chunk | None:
         """Move rows up to `stop_id` (default: all) to the CPU in one transfer and return them (`None`: empty)."""
@@ -123,51 +157,33 @@ class StepBuffers:
         slots = [row_id % self.rows for row_id in range(self.first_id, stop)]
         if not slots:
             return None
-        raw = _to_cpu({name: t[slots] for name, t in self.tensors.items()}) if self.tensors else {}
-        chunk = self._finish(raw, slots)
+        raw = torch.zeros(len(slots), self.layout.width) if self.table is None else self.table[slots].cpu()
+        chunk = self._finish(self.layout.split(raw), slots)
         self.first_id = stop
         return chunk
 
     def _finish(self, raw: dict[str, torch.Tensor], slots: list[int]) -> Chunk:
         nan, used = math.nan, len(slots)
         counts = torch.tensor([self.counts[s] for s in slots], dtype=torch.float64).reshape(used, self.modules)
-        grad_values = torch.tensor([self.grad_values[s] for s in slots], dtype=torch.float64)
-        grad_values = grad_values.reshape(used, self.modules)
         param_seen = torch.tensor([self.param_seen[s] for s in slots])
         ratio_seen = torch.tensor([self.ratio_seen[s] for s in slots])
         loss_calls = torch.tensor([self.loss_calls[s] for s in slots], dtype=torch.float32)
-        if not raw:
-            raw = {
-                "activations": torch.full((used, self.modules, 7), nan),
-                "histograms": torch.zeros(used, self.modules, self.bins),
-                "output_grads": torch.full((used, self.modules, 2), nan),
-                "param_grads": torch.full((used, self.params, 2), nan),
-                "update_ratios": torch.full((used, self.params), nan),
-                "losses": torch.full((used,), nan),
-            }
-        output_grads = raw["output_grads"]
         return Chunk(
             steps=torch.tensor([self.steps[s] for s in slots], dtype=torch.int64),
             activations=_activation_stats(raw["activations"], counts),
             histograms=torch.where((counts > 0)[..., None], raw["histograms"], 0.0),
-            output_grads=torch.where((grad_values > 0)[..., None], output_grads, nan).float(),
-            param_grads=torch.where(param_seen[:, None, None], raw["param_grads"], nan),
+            output_grads=_grad_stats(raw["output_grads"][..., :2], raw["output_grads"][..., 2] > 0),
+            param_grads=_grad_stats(raw["param_grads"], param_seen[:, None].expand(used, self.params)),
             update_ratios=torch.where(ratio_seen[:, None], raw["update_ratios"], nan),
             losses=torch.where(loss_calls > 0, raw["losses"] / loss_calls.clamp(min=1), nan),
             has_loss=bool(loss_calls.any()),
         )
 
 
-def _to_cpu(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Copy every tensor to the CPU with one device-to-host transfer."""
-    names = list(tensors)
-    flat = torch.cat([tensors[name].reshape(-1) for name in names]).cpu()
-    out, start = {}, 0
-    for name in names:
-        size = tensors[name].numel()
-        out[name] = flat[start : start + size].reshape(tensors[name].shape)
-        start += size
-    return out
+def _grad_stats(raw: torch.Tensor, seen: torch.Tensor) -> torch.Tensor:
+    """(sum of squares, non-finite count) -> (L2 norm, non-finite count), NaN where not `seen`."""
+    stats = torch.stack((raw[..., 0].double().sqrt().float(), raw[..., 1]), dim=-1)
+    return torch.where(seen[..., None], stats, math.nan)
 
 
 def _activation_stats(raw: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:

@@ -1,9 +1,16 @@
-"""The hooks of one attached watch and what they write: device rows, unit activity, non-finite flags.
+"""The hooks of one attached watch and what they leave for the end of the step.
 
 The forward hook of each selected module takes one of three paths, decided once per step by `Watch`: record
-(the step is recorded: statistics into the current row, gradient hooks on the outputs), check (an unrecorded
-training step: only whether the output and its gradient are finite, AND-ed into a device flag), or skip
-(counted in `dropped`). Nothing here reads a device value back to the host.
+(the step is recorded), check (an unrecorded training step: only whether the output and its gradient are
+finite) or skip (counted in `dropped`). Recording does little in the hook: a large output gets its statistics at
+once (`_kernels.py`, while it is in cache and before an in-place op can change it), a small one is copied into the
+step's `StepLog`; gradient hooks do the same. `settle()` at the end of the step describes the step's small
+tensors together (`_batch.py`) and writes the step's row (`_step.py`).
+
+Under `torch.compile` the traced hooks read one flag and append to one list (no other Python state, so no graph
+break and no recompilation per step); output gradients accumulate into a device tensor. `settle()` takes it
+from there, so compiled and eager runs record the same statistics. Nothing here reads a device value back to the
+host.
 """
 
 from __future__ import annotations
@@ -16,28 +23,31 @@ import torch
 import torch.nn as nn
 
 from ..hooks import HookHandle, register_module_hook, tensor_leaves
-from ._buffers import StepBuffers
+from ._batch import to_device
+from ._buffers import ACTIVATION, OUTPUT_GRAD, PARAM_GRAD, StepBuffers
 from ._kernels import (
+    BATCH_BELOW,
+    Scratch,
     activation_vector,
     first_float,
     grad_vector,
     hist_counts,
     hist_scale,
-    merge_activation,
-    merge_grad,
-    param_grad_table,
     saturation_bounds,
+    sum_of_squares,
     unit_activity,
     unit_dims,
 )
 from ._options import WatchOptions
+from ._step import StepLog, StepWriter
 
 __all__ = ["Recorder"]
 
 ModuleHook = Callable[[nn.Module, Any, Any], None]
+GradHook = Callable[[Any], None]
 
 
-class Recorder:
+class Recorder(StepWriter):
     """Hooks on the selected modules and the device-side state they fill."""
 
     def __init__(
@@ -46,38 +56,43 @@ class Recorder:
         params: list[tuple[str, nn.Parameter]],
         options: WatchOptions,
     ) -> None:
-        self.options = options
+        count = len(modules)
+        super().__init__(options, StepBuffers(options.buffer_steps, count, len(params), options.hist_bins))
         self.paths = [path for path, _ in modules]
         self.kinds = [type(m).__name__ for _, m in modules]
         self.module_refs = [weakref.ref(m) for _, m in modules]
         self.param_names = [name for name, _ in params]
         self.params: list[nn.Parameter] = [p for _, p in params]
-        count = len(modules)
         self.bounds = [saturation_bounds(m) for _, m in modules]
-        self.buffers = StepBuffers(options.buffer_steps, count, len(params), options.hist_bins)
         self.row = -1  # the id of the row the hooks write into now; -1 when this moment is not recorded
         self.open_row = -1  # the row id of the open step, also between its batches
         self.checking = False  # the open step is an unrecorded training step whose non-finite values are checked
         self.active = False  # inside a training batch
+        self.recording = False  # row >= 0: the flag traced hooks read (a bool, so compiled code is reused)
+        self.checking_now = False  # checking and active
         self.observed = [False] * count
         self.forward_order: list[int] = []
         self.backward_order: list[int] = []
         self._ranked = ([False] * count, [False] * count)
-        self.units: list[torch.Tensor | None] = [None] * count
         self.unit_values = [0] * count
-        self.scales: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * count
-        self.flags: torch.Tensor | None = None  # (2, modules) bool: all finite so far in this step (fwd, bwd)
+        self.flags: torch.Tensor | None = None  # (2, modules) bool, kept for state dicts
         self.first: torch.Tensor | None = None  # (2, modules) int64: first unrecorded step found non-finite
         self.dropped: dict[str, int] = {}
-        self._before: tuple[int, list[torch.Tensor]] | None = None
+        self.scratch = Scratch()
+        self.checks: list[tuple[int, int, tuple[torch.Tensor, torch.Tensor]]] = []
+        self.traced: list[tuple[int, int, torch.Tensor]] = []  # (kind, module, tensor) appended by traced hooks
+        self.stage: torch.Tensor | None = None  # (modules, 3 + 1) gradient sums and check hits of traced backwards
+        self._copies: list[torch.Tensor] | None = None  # the large weights before an optimizer step
+        self._flat_before: torch.Tensor | None = None  # the small ones, concatenated
+        self._param_seg: tuple[tuple[int, ...], torch.Tensor] | None = None
+        self._snapshot_row = -1
         self._handles: list[HookHandle] = []
         groups = options.groups
-        self._stats, self._hist, self._units = (
-            "activations" in groups,
-            "histograms" in groups,
-            "unit_activity" in groups,
-        )
-        self._grads = "output_grads" in groups
+        self._stats, self._hist = "activations" in groups, "histograms" in groups
+        self._units, self._grads = "unit_activity" in groups, "output_grads" in groups
+        self._capture = self._stats or self._hist or self._units
+        self._traced_grad_hooks = [self._traced_grad_hook(j) for j in range(count)]
+        self._traced_check_hooks = [self._traced_check_hook(j) for j in range(count)]
 
     def matches(self, modules: list[tuple[str, nn.Module]], params: list[tuple[str, nn.Parameter]]) -> bool:
         """Whether `modules` and `params` have the paths and names this recorder was built for."""
@@ -88,33 +103,51 @@ class Recorder:
         self.module_refs = [weakref.ref(m) for _, m in modules]
         self.params = [p for _, p in params]
         self.bounds = [saturation_bounds(m) for _, m in modules]
+        self.forget_layouts()
 
     def register(self) -> None:
         """Place one forward hook on every selected module."""
+        self.stage = None
         for index, (path, ref) in enumerate(zip(self.paths, self.module_refs, strict=True)):
             module = ref()
             if module is not None:
+                if self.stage is None:
+                    self.stage = torch.zeros(len(self.paths), 4, device=_device_of(module))
                 hook = self._forward_hook(index)
                 self._handles.append(register_module_hook(module, "forward", hook, owner=self, path=path, tags=_TAGS))
 
     def remove(self) -> None:
-        """Remove the hooks and let go of the parameters; calling it again does nothing."""
+        """Remove the hooks and let go of the parameters and buffers; calling it again does nothing."""
         while self._handles:
             self._handles.pop().remove()
         self.params = []
-        self._before = None
+        self._copies, self._flat_before, self._param_seg, self._snapshot_row = None, None, None, -1
+        self.scratch.clear()
+        self.forget_layouts()
 
     def drop(self, reason: str, count: int = 1) -> None:
         """Count `count` observations not kept, by reason."""
         self.dropped[reason] = self.dropped.get(reason, 0) + count
 
+    def enter_batch(self, row: int) -> None:
+        """A training batch of the open step begins: record into `row` (-1: check or skip)."""
+        self.active, self.row = True, row
+        self.recording, self.checking_now = row >= 0, row < 0 and self.checking
+
+    def leave_batch(self) -> None:
+        """The training batch ended: forwards are not recorded until the next one."""
+        self.active, self.row, self.recording, self.checking_now = False, -1, False, False
+
+    # ---- forward -------------------------------------------------------------------------------------------
     def _forward_hook(self, index: int) -> ModuleHook:
         ref = self.module_refs[index]
 
         def hook(module: nn.Module, args: Any, output: Any) -> None:
-            if module is not ref():  # a deepcopy of the model shares the hooks; it is not watched
+            if torch.compiler.is_compiling():
+                self._traced_forward(index, output)
+            elif module is not ref():  # a deepcopy of the model shares the hooks; it is not watched
                 return
-            if self.row >= 0:
+            elif self.row >= 0:
                 self._record(index, module, output)
             elif self.checking and self.active:
                 self._check(index, output)
@@ -132,87 +165,99 @@ class Recorder:
     def _record(self, index: int, module: nn.Module, output: Any) -> None:
         self.observed[index] = True
         self._rank(0, index)
-        row, buffers = self.row, self.buffers
-        x = first_float(output)
-        if x is not None and x.numel():
-            xf = x.detach()
-            xf = xf if xf.dtype == torch.float32 else xf.float()
-            buffers.allocate(xf.device)
-            slot = row % buffers.rows
-            count = buffers.counts[slot][index]
-            if self._stats:
-                values = activation_vector(xf, self.options.near_zero, self.bounds[index])
-                target = buffers.module_view(slot, "activations", index)
-                if count == 0:
-                    target.copy_(values)
-                else:
-                    merge_activation(target, values, count, xf.numel())
-            if self._hist:
-                self._record_hist(index, slot, xf, count == 0)
-            if self._units:
-                self._record_units(index, module, xf)
-            buffers.counts[slot][index] = count + xf.numel()
-        if self._grads and torch.is_grad_enabled():
-            self._hook_grads(output, self._grad_hook(index, row))
+        log = self.log
+        x = first_float(output) if self._capture else None
+        if x is not None and x.numel() and log is not None:
+            if x.numel() < BATCH_BELOW:
+                self.keep_small(log, ACTIVATION, index, x.detach())
+            else:
+                self.describe_large(log, index, x.detach(), module)
+        if self._grads and torch.is_grad_enabled() and log is not None:
+            _hook_grads(output, self._grad_hook(index, log))
 
-    def _record_hist(self, index: int, slot: int, xf: torch.Tensor, first: bool) -> None:
-        scale_shift = self.scales[index]
-        if scale_shift is None:
-            scale_shift = self.scales[index] = hist_scale(xf, self.options.hist_bins, self.options.hist_range)
-        counts = hist_counts(xf, *scale_shift, self.options.hist_bins)
-        target = self.buffers.module_view(slot, "histograms", index)
-        if first:
-            target.copy_(counts)
-        else:
-            target.add_(counts)
+    def describe_large(self, log: StepLog, index: int, x: torch.Tensor, module: nn.Module | None) -> None:
+        """Take the statistics of a large output `x` of module `index` now (in cache, before in-place ops)."""
+        flat = x.reshape(-1) if x.dtype == torch.float32 else x.reshape(-1).float()
+        vector = activation_vector(flat, self.options.near_zero, self.bounds[index], self.scratch)
+        hist = None
+        if self._hist:
+            scale, shift = self._scale_of(index, flat)
+            hist = hist_counts(flat, scale, shift, self.options.hist_bins, self.scratch)
+        if self._units and module is not None:
+            dims = unit_dims(module, x.dim())
+            if dims is not None:
+                self._add_units(index, x.shape, dims, flat)
+        log.acts.append((index, flat.numel(), vector, hist))
 
-    def _record_units(self, index: int, module: nn.Module, xf: torch.Tensor) -> None:
-        dims = unit_dims(module, xf.dim())
-        if dims is None:
-            return
+    def _scale_of(self, index: int, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        state = self.hist_state(flat.device)
+        if not state.ready[index]:
+            scale, shift = hist_scale(flat, self.options.hist_bins, self.options.hist_range)
+            state.scale[index].copy_(scale)
+            state.shift[index].copy_(shift)
+            state.ready[index] = True
+        return state.scale[index], state.shift[index]
+
+    def _add_units(self, index: int, shape: torch.Size, dims: tuple[int, tuple[int, ...]], flat: torch.Tensor) -> None:
         unit, reduce = dims
-        active = unit_activity(xf, reduce)
-        total = self.units[index]
-        if total is None:
-            self.units[index] = active.to(torch.float32 if xf.device.type == "mps" else torch.float64)
-        elif total.shape != active.shape:
+        start = self.unit_table.slot(index, shape[unit], flat.device)
+        if start is None:
             self.drop("unit_shape")
             return
-        else:
-            total.add_(active)
-        self.unit_values[index] += xf.numel() // xf.shape[unit]
+        active = unit_activity(flat.view(shape), reduce, self.scratch)
+        table = self.unit_table.flat
+        if table is not None:
+            table[start : start + shape[unit]].add_(active)
+        self.unit_values[index] += flat.numel() // shape[unit]
 
-    @staticmethod
-    def _hook_grads(output: Any, hook: Callable[[torch.Tensor], None]) -> None:
-        # Ephemeral per-call hooks on the output tensors: they die with the graph, so they bypass the registry
-        # (as hookscope.hooks.register_output_grad_hook does) and work when an in-place op follows the module.
-        if type(output) is torch.Tensor:
-            if output.requires_grad:
-                output.register_hook(hook)  # type: ignore[no-untyped-call]
+    def _traced_forward(self, index: int, output: Any) -> None:
+        # Traced by torch.compile: read one flag, append to one list, register gradient hooks; nothing else.
+        x = first_float(output)
+        if x is None or x.numel() == 0:
             return
-        for _, tensor in tensor_leaves(output):
-            if tensor.requires_grad:
-                tensor.register_hook(hook)  # type: ignore[no-untyped-call]
+        if self.recording:
+            if self._capture:
+                self.traced.append((ACTIVATION, index, x.detach().to(torch.float32, copy=True)))
+            if self._grads and torch.is_grad_enabled():
+                _hook_grads(output, self._traced_grad_hooks[index])
+        elif self.checking_now:
+            self.traced.append((-1, index, torch.stack(torch.aminmax(x.detach()))))
+            if torch.is_grad_enabled():
+                _hook_grads(output, self._traced_check_hooks[index])
 
-    def _grad_hook(self, index: int, row: int) -> Callable[[torch.Tensor], None]:
-        def hook(grad: torch.Tensor) -> None:
-            buffers = self.buffers
-            if not buffers.is_live(row):
-                self.drop("late_gradient")
+    # ---- gradients -----------------------------------------------------------------------------------------
+    def _grad_hook(self, index: int, log: StepLog) -> GradHook:
+        def hook(grad: torch.Tensor | None) -> None:
+            if grad is None:
+                return
+            if log.settled:
+                self.late_gradient(log.row, index, grad)
                 return
             self._rank(1, index)
-            values = grad_vector(grad)
-            slot = row % buffers.rows
-            seen = buffers.grad_values[slot][index]
-            target = buffers.module_view(slot, "output_grads", index)
-            if seen == 0:
-                target.copy_(values)
+            if grad.numel() < BATCH_BELOW:
+                self.keep_small(log, OUTPUT_GRAD, index, grad.detach() if grad.requires_grad else grad)
             else:
-                merge_grad(target, values)
-            buffers.grad_values[slot][index] = seen + grad.numel()
+                log.grads.append((index, grad_vector(grad.detach())))
 
         return hook
 
+    def _traced_grad_hook(self, index: int) -> GradHook:
+        def hook(grad: torch.Tensor) -> None:
+            # Traced into the backward graph: only in-place updates of a device tensor are allowed here.
+            if self.stage is not None:
+                self.stage[index, :3].add_(grad_vector(grad))
+
+        return hook
+
+    def _traced_check_hook(self, index: int) -> GradHook:
+        def hook(grad: torch.Tensor) -> None:
+            if self.stage is not None:
+                hit = ~torch.isfinite(torch.stack(torch.aminmax(grad))).all()
+                self.stage[index, 3].add_(hit.to(self.stage.dtype))
+
+        return hook
+
+    # ---- unrecorded steps: non-finite checks ---------------------------------------------------------------
     def _check(self, index: int, output: Any) -> None:
         self.drop("sampling")
         self.observed[index] = True
@@ -220,96 +265,209 @@ class Recorder:
         x = first_float(output)
         if x is None or not x.numel():
             return
-        flags = self._flags(x.device)
-        flags[0, index].logical_and_(torch.isfinite(x.detach()).all())
+        self.checks.append((0, index, torch.aminmax(x.detach())))
         if torch.is_grad_enabled():
-            self._hook_grads(output, self._check_hook(index))
+            _hook_grads(output, self._check_hook(index))
 
-    def _check_hook(self, index: int) -> Callable[[torch.Tensor], None]:
+    def _check_hook(self, index: int) -> GradHook:
         def hook(grad: torch.Tensor) -> None:
             self._rank(1, index)
-            self._flags(grad.device)[1, index].logical_and_(torch.isfinite(grad).all())
+            self.checks.append((1, index, torch.aminmax(grad)))
 
         return hook
 
-    def _flags(self, device: torch.device) -> torch.Tensor:
-        if self.flags is None:
-            self.flags = torch.ones(2, len(self.paths), dtype=torch.bool, device=device)
-            self.first = torch.full((2, len(self.paths)), -1, dtype=torch.int64, device=device)
-        return self.flags
-
-    def fold_flags(self, step: int) -> None:
-        """Fold the checked step's finite flags into the first non-finite steps, on the device; reset them."""
-        if self.flags is None or self.first is None:
-            return
-        newly = ~self.flags & (self.first < 0)
-        self.first.copy_(torch.where(newly, step, self.first))
-        self.flags.fill_(True)
-
+    # ---- parameters and optimizer steps --------------------------------------------------------------------
     def record_param_grads(self) -> None:
-        """Write the norm and non-finite count of every watched parameter's `.grad` into the open row."""
-        row = self.open_row
-        if row < 0 or not self.params or "param_grads" not in self.options.groups:
+        """Keep the norm and non-finite count of every watched parameter's `.grad` for the open step."""
+        log = self.log
+        if self.open_row < 0 or log is None or not self.params or "param_grads" not in self.options.groups:
             return
         present = [
             (i, p.grad) for i, p in enumerate(self.params) if p.grad is not None and p.grad.layout == torch.strided
         ]
         if not present:
             return
-        grads = [g for _, g in present]
-        self.buffers.allocate(grads[0].device)
-        values = param_grad_table(grads)
-        slot = row % self.buffers.rows
-        table = self.buffers.tensors["param_grads"][slot]
-        if len(present) == len(self.params):
-            table.copy_(values)
-        else:
-            table.fill_(float("nan"))
-            table[[i for i, _ in present]] = values
-        self.buffers.param_seen[slot] = True
+        small = [(i, g) for i, g in present if g.numel() < BATCH_BELOW]
+        with torch.no_grad():
+            flat = _flatten([g for _, g in small]) if small else None
+        parts = tuple((PARAM_GRAD, i, tuple(g.shape)) for i, g in small)
+        large = [(i, grad_vector(g.detach())) for i, g in present if g.numel() >= BATCH_BELOW]
+        seen = {i for i, _ in present}
+        log.params = (flat, parts, large, [i for i in range(len(self.params)) if i not in seen])
+        self.buffers.param_seen[self.open_row % self.buffers.rows] = True
 
     def snapshot(self) -> None:
-        """Copy the watched parameters before an optimizer step of a recorded step."""
-        if self.open_row >= 0 and self.params and "update_ratios" in self.options.groups:
-            with torch.no_grad():
-                copies = torch._foreach_mul([p.detach() for p in self.params], 1.0)
-            self._before = (self.open_row, list(copies))
+        """Copy the watched parameters before an optimizer step of a recorded step: small ones into one flat
+        tensor (one call), large ones into reused buffers."""
+        if self.open_row < 0 or not self.params or "update_ratios" not in self.options.groups:
+            return
+        small, large = self._param_split()
+        with torch.no_grad():
+            self._flat_before = _flatten([self.params[i] for i in small]) if small else None
+            copies = self._copies
+            if copies is None or any(c.shape != self.params[i].shape for c, i in zip(copies, large, strict=True)):
+                copies = self._copies = [torch.empty_like(self.params[i]) for i in large]
+            if large:
+                torch._foreach_copy_(copies, [self.params[i] for i in large])
+        self._snapshot_row = self.open_row
 
     def record_ratios(self) -> None:
         """Write ||W_after - W_before|| / ||W_after|| of each watched parameter into the snapshot's row."""
-        if self._before is None:
+        row_id, copies = self._snapshot_row, self._copies
+        if row_id < 0 or copies is None:
             return
-        row, before = self._before
-        self._before = None
-        if not self.buffers.is_live(row) or not self.params:
+        self._snapshot_row = -1
+        if not self.buffers.is_live(row_id) or not self.params:
             self.drop("late_update")
             return
+        small, large = self._param_split()
+        ratios: list[torch.Tensor] = []
         with torch.no_grad():
-            after = [p.detach() for p in self.params]
-            torch._foreach_sub_(before, after)
-            moved = torch.stack(torch._foreach_norm(before, 2, dtype=torch.float32))
-            size = torch.stack(torch._foreach_norm(after, 2, dtype=torch.float32))
-        self.buffers.allocate(moved.device)
-        slot = row % self.buffers.rows
-        self.buffers.tensors["update_ratios"][slot].copy_(moved / size)
-        self.buffers.ratio_seen[slot] = True
+            if small and self._flat_before is not None:
+                after = _flatten([self.params[i] for i in small])
+                moved = self._flat_before.sub_(after)
+                squares = self._param_squares(torch.stack((moved, after)), small)
+                ratios.append(squares[0].div_(squares[1]).sqrt_())
+            if large:
+                torch._foreach_sub_(copies, [self.params[i] for i in large])
+                squares = sum_of_squares(copies + [self.params[i].detach() for i in large]).view(2, -1)
+                ratios.append(squares[0].div_(squares[1]).sqrt_())
+        self._flat_before = None
+        values = torch.cat(ratios) if len(ratios) > 1 else ratios[0]
+        row = self.buffers.row(row_id, values.device)
+        at = self.buffers.layout.ratio_at
+        row.index_copy_(0, self.positions([at + i for i in small + large], row.device), _as(values, row.dtype))
+        self.buffers.ratio_seen[row_id % self.buffers.rows] = True
+
+    def _param_split(self) -> tuple[list[int], list[int]]:
+        """Indices of the small watched parameters (batched) and of the large ones."""
+        small = [i for i, p in enumerate(self.params) if p.numel() < BATCH_BELOW]
+        return small, [i for i, p in enumerate(self.params) if p.numel() >= BATCH_BELOW]
+
+    def _param_squares(self, rows: torch.Tensor, small: list[int]) -> torch.Tensor:
+        """(rows, len(small)) float64 sums of squares of each small parameter's values in `rows` (concatenated)."""
+        key = tuple(self.params[i].numel() for i in small)
+        seg = self._param_seg
+        if seg is None or seg[0] != key or seg[1].device != rows.device:
+            ids = torch.repeat_interleave(torch.arange(len(key)), torch.tensor(key))
+            seg = self._param_seg = (key, to_device(ids, rows.device))
+        squares = rows.to(torch.float64).square_()
+        return torch.zeros(rows.shape[0], len(key), dtype=torch.float64, device=rows.device).index_add_(
+            1, seg[1], squares
+        )
 
     def log_loss(self, loss: torch.Tensor | float) -> None:
         """Add `loss` to the open row's loss (averaged over the calls of the step); count it dropped otherwise."""
-        row = self.open_row
-        if row < 0:
+        row_id = self.open_row
+        if row_id < 0:
             self.drop("sampling_loss")
             return
         value = loss.detach().float().mean() if isinstance(loss, torch.Tensor) else torch.tensor(float(loss))
-        buffers = self.buffers
-        buffers.allocate(value.device)
-        slot = row % buffers.rows
-        target = buffers.tensors["losses"][slot]
-        if buffers.loss_calls[slot] == 0:
-            target.copy_(value.reshape(()))
-        else:
-            target.add_(value.reshape(()))
-        buffers.loss_calls[slot] += 1
+        at = self.buffers.layout.loss_at
+        row = self.buffers.row(row_id, value.device)
+        row[at : at + 1].add_(value.reshape(1).to(row.device))
+        self.buffers.loss_calls[row_id % self.buffers.rows] += 1
+
+    # ---- the end of a step ---------------------------------------------------------------------------------
+    def fold_flags(self, step: int) -> None:
+        """Fold the checked step's non-finite findings into the first non-finite steps, on the device."""
+        found: list[tuple[int, int, tuple[torch.Tensor, ...]]] = [(d, j, tuple(pair)) for d, j, pair in self.checks]
+        self.checks = []
+        traced = [(0, j, tuple(t.unbind())) for kind, j, t in self._take_traced() if kind == -1]
+        for _, j, _ in traced:
+            self.observed[j] = True
+            self._rank(0, j)
+        found += traced
+        stage = self.stage if traced else None
+        if not found:
+            return
+        device = found[0][2][0].device
+        hits = torch.zeros(2 * len(self.paths), device=device)
+        bad = ~torch.isfinite(torch.stack([v for _, _, pair in found for v in pair]).view(-1, 2)).all(1)
+        hits.index_add_(0, self.positions([d * len(self.paths) + j for d, j, _ in found], device), bad.float())
+        if stage is not None:
+            hits[len(self.paths) :].add_(stage[:, 3].to(device))
+            stage[:, 3].zero_()
+        self._ensure_flags(device)
+        if self.first is not None:
+            newly = (hits.view(2, -1) > 0) & (self.first < 0)
+            self.first.copy_(torch.where(newly, step, self.first))
+
+    def _ensure_flags(self, device: torch.device) -> None:
+        if self.flags is None or self.first is None:
+            self.flags = torch.ones(2, len(self.paths), dtype=torch.bool, device=device)
+            self.first = torch.full((2, len(self.paths)), -1, dtype=torch.int64, device=device)
+
+    def settle(self) -> None:
+        """Describe the step's small tensors together and write the step's row (`_step.py`)."""
+        log = self.log
+        if log is None or log.settled:
+            return
+        for kind, index, tensor in self._take_traced():
+            self.observed[index] = True
+            self._rank(0, index)
+            log.traced = True
+            if kind != ACTIVATION:
+                continue
+            if tensor.numel() < BATCH_BELOW:
+                log.small[ACTIVATION].append((index, tensor.shape, tensor, None, -1))
+            else:
+                self.describe_large(log, index, tensor, self.module_refs[index]())
+        self.write_step(log)
+
+    def _take_traced(self) -> list[tuple[int, int, torch.Tensor]]:
+        traced, self.traced = self.traced, []
+        return traced
+
+    def modules(self) -> list[nn.Module | None]:
+        """The watched modules (`None` for those deleted)."""
+        return [ref() for ref in self.module_refs]
+
+
+def _hook_grads(output: Any, hook: GradHook) -> None:
+    # Ephemeral per-call hooks on the output tensors: they die with the graph, so they bypass the registry (as
+    # hookscope.hooks.register_output_grad_hook does) and work when an in-place op follows the module.
+    if type(output) is torch.Tensor:
+        _hook_grad(output, hook)
+        return
+    for _, tensor in tensor_leaves(output):
+        _hook_grad(tensor, hook)
+
+
+def _hook_grad(tensor: torch.Tensor, hook: GradHook) -> None:
+    """Call `hook(grad)` with the gradient of `tensor`: a pre-hook on the node that made it (half the cost of
+    `Tensor.register_hook`, same gradient: the one w.r.t. this version of the tensor), a tensor hook for leaves
+    and under `torch.compile`."""
+    if not tensor.requires_grad:
+        return
+    if torch.compiler.is_compiling() or tensor.grad_fn is None:
+        tensor.register_hook(hook)  # type: ignore[no-untyped-call]
+        return
+    node = tensor.grad_fn
+    slot = tensor.output_nr
+
+    def prehook(grads: tuple[torch.Tensor | None, ...]) -> None:
+        hook(grads[slot])
+
+    node.register_prehook(prehook)
+
+
+def _flatten(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """All values of `tensors` (gradients, or parameters under `no_grad`) in one new flat float32 tensor."""
+    return _as(torch._C._nn.flatten_dense_tensors(tensors), torch.float32)
+
+
+def _as(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`tensor` in `dtype`, without a call when it already is."""
+    return tensor if tensor.dtype == dtype else tensor.to(dtype)
+
+
+def _device_of(module: nn.Module) -> torch.device:
+    for parameter in module.parameters():
+        return parameter.device
+    for buffer in module.buffers():
+        return buffer.device
+    return torch.device("cpu")
 
 
 _TAGS = ("watch",)

@@ -170,14 +170,12 @@ class Watch(Callback):
         step = self._optimizer_steps if self._optimizer_ref is not None else self._batches - 1
         if step != self._step or (recorder.open_row < 0 and not recorder.checking):
             self._begin_step(step)
-        recorder.active = True
-        recorder.row = recorder.open_row
+        recorder.enter_batch(recorder.open_row)
 
     def on_batch_end(self, batch: int) -> None:
         """Stop recording forwards until the next training batch."""
         if self._recorder is not None:
-            self._recorder.active = False
-            self._recorder.row = -1
+            self._recorder.leave_batch()
 
     def after_backward(self) -> None:
         """Without an optimizer, take the parameter gradient statistics now."""
@@ -232,6 +230,7 @@ class Watch(Callback):
             self._flush()  # first: thinning may change which steps are recorded
         if self._store.records(step):
             recorder.open_row = recorder.buffers.new_row(step)
+            recorder.begin(recorder.open_row)
             self._recorded += 1
         else:
             recorder.checking = self.options.check_nonfinite
@@ -243,8 +242,10 @@ class Watch(Callback):
         if recorder.checking:
             recorder.fold_flags(self._step)
         was_recorded = recorder.open_row >= 0
+        if was_recorded:
+            recorder.settle()
         recorder.open_row = recorder.row = -1
-        recorder.checking = False
+        recorder.checking = recorder.recording = recorder.checking_now = False
         if was_recorded:
             self._warn_unobserved()
             if self.options.doctor and self._recorded - self._doctor_at >= self.options.doctor_every:
