@@ -1,0 +1,119 @@
+"""Monitors attached before torch.compile record what eager mode records, without graph breaks or per-step
+recompiles (backend aot_eager: the same graph capture as inductor, without compiling kernels)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+import torch.nn as nn
+from torch._dynamo.utils import counters
+
+from hookscope.callbacks import ActivationStats
+from hookscope.watch import WatchResults, watch
+
+# The only "break" dynamo may log: the training-loop driver's root hooks, run as is before and after the graph.
+_DRIVER_SKIP = "Skip calling `torch.compiler.disable()`d function"
+
+
+def model() -> nn.Sequential:
+    # a large output (16 x 4096 values: described in the hook in eager mode) and small ones (batched per step)
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 4096), nn.ReLU(), nn.Linear(4096, 16), nn.Tanh(), nn.Linear(16, 2))
+
+
+INPUTS = [torch.randn(16, 8, generator=torch.Generator().manual_seed(k)) for k in range(4)]
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo() -> Any:
+    torch._dynamo.reset()
+    counters.clear()
+    yield
+    torch._dynamo.reset()
+
+
+def train_watched(compiled: bool, **options: Any) -> WatchResults:
+    net = model()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    with watch(net, opt, **options) as w:
+        run = torch.compile(net, backend="aot_eager") if compiled else net
+        for x in INPUTS:
+            loss = run(x).pow(2).mean()
+            w.log_loss(loss)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+    return w.results()
+
+
+def close(got: torch.Tensor, expected: torch.Tensor) -> None:
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+def assert_same(eager: WatchResults, compiled: WatchResults) -> None:
+    assert compiled.steps.tolist() == eager.steps.tolist()
+    for path in eager.layers:
+        for name in eager.activations[path]:
+            close(compiled.activations[path][name], eager.activations[path][name])
+        for name in eager.output_grads[path]:
+            close(compiled.output_grads[path][name], eager.output_grads[path][name])
+        assert torch.equal(compiled.histograms[path], eager.histograms[path]), path
+    for name in eager.param_grads:
+        close(compiled.param_grads[name]["norm"], eager.param_grads[name]["norm"])
+        close(compiled.update_ratios[name], eager.update_ratios[name])
+    for path, activity in eager.unit_activity.items():
+        close(compiled.unit_activity[path], activity)
+    assert eager.losses is not None and compiled.losses is not None
+    close(compiled.losses, eager.losses)
+
+
+def assert_no_graph_break() -> None:
+    assert all(reason.startswith(_DRIVER_SKIP) for reason in counters["graph_break"]), list(counters["graph_break"])
+    assert counters["stats"]["unique_graphs"] == 1  # one graph, reused by every step: no recompile per step
+
+
+def test_watch_records_the_same_statistics_compiled_and_eager() -> None:
+    eager = train_watched(compiled=False)
+    compiled = train_watched(compiled=True)
+    assert_same(eager, compiled)
+    assert_no_graph_break()
+
+
+def test_every_records_the_same_steps_compiled() -> None:
+    eager = train_watched(compiled=False, every=2)
+    compiled = train_watched(compiled=True, every=2)
+    assert compiled.steps.tolist() == [0, 2]
+    assert_same(eager, compiled)
+    assert counters["stats"]["unique_graphs"] <= 2  # a recording and a checking variant, both reused
+
+
+def test_explain_finds_one_graph_and_no_break_with_monitors_attached() -> None:
+    net = model()
+    stats = ActivationStats(with_hist=True)
+    with watch(net), stats.attach(net):
+        explained = torch._dynamo.explain(net)(INPUTS[0])
+    assert explained.graph_count == 1
+    assert explained.graph_break_count == 0
+
+
+def test_activation_stats_records_the_same_statistics_compiled_and_eager() -> None:
+    records = []
+    for compiled in (False, True):
+        net = model()
+        stats = ActivationStats(with_hist=True)
+        with stats.attach(net):
+            run = torch.compile(net, backend="aot_eager") if compiled else net
+            for x in INPUTS:
+                run(x).pow(2).mean().backward()
+        records.append(stats)
+    eager, compiled_stats = records
+    assert len(compiled_stats.stats) == len(eager.stats) == len(INPUTS)
+    for k, record in enumerate(eager.stats):
+        for j, entry in enumerate(record):
+            got = compiled_stats.stats[k][j]
+            for name in ("mean", "std", "near_zero"):
+                assert got[name] == pytest.approx(entry[name], rel=1e-5, abs=1e-7), (k, j, name)
+            assert torch.equal(got["hist"], entry["hist"]), (k, j)
+    assert_no_graph_break()

@@ -1,0 +1,274 @@
+"""The fast paths of watch(): large outputs described in the hook, small ones batched per step, tensors kept by
+reference until an in-place op is seen, mixed sizes, late gradients, large-gradient flags; checked against
+naive oracles computed on the same hooked tensors."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+import torch.nn as nn
+
+from hookscope.callbacks import HookCallback, LoopDriver
+from hookscope.watch import Watch, watch
+
+LARGE = 1 << 15  # outputs with at least this many values take the large-tensor path
+
+
+class Capture(HookCallback):
+    """CPU copies of every output of the hooked modules, per training batch."""
+
+    def __init__(self, modules: Any) -> None:
+        super().__init__(modules=modules, cpu=True)
+        self.batches: list[list[list[torch.Tensor]]] = []
+
+    def on_batch_start(self, batch: int) -> None:
+        self.batches.append([[] for _ in self.paths])
+
+    def hook(self, m: nn.Module, i: Any, o: Any) -> Any:
+        self.batches[-1][self.hooked_modules.index(m)].append(o.float().clone())
+
+
+class GradCapture(HookCallback):
+    """CPU copies of the gradient of every output of the hooked modules, per training batch, from tensor hooks
+    (full backward hooks forbid the in-place ops these tests put after modules)."""
+
+    def __init__(self, modules: Any) -> None:
+        super().__init__(modules=modules, detach=False, cpu=False)
+        self.batches: list[list[list[torch.Tensor]]] = []
+
+    def on_batch_start(self, batch: int) -> None:
+        self.batches.append([[] for _ in self.paths])
+
+    def hook(self, m: nn.Module, i: Any, o: Any) -> Any:
+        found = self.batches[-1][self.hooked_modules.index(m)]
+        if o.requires_grad:
+            o.register_hook(lambda grad: found.append(grad.float().clone()))
+
+
+def oracle(x: torch.Tensor) -> dict[str, float]:
+    x = x.double().reshape(-1)
+    return {
+        "mean": float(x.mean()), "std": float(x.std()), "rms": float(x.pow(2).mean().sqrt()),
+        "min": float(x.min()), "max": float(x.max()), "near_zero": float((x.abs() <= 1e-3).double().mean()),
+        "nonfinite": float((~torch.isfinite(x)).sum()), "count": float(x.numel()),
+    }  # fmt: skip
+
+
+def check_activations(results: Any, paths: list[str], capture: Capture, steps: int) -> None:
+    for j, path in enumerate(paths):
+        for k in range(steps):
+            x = torch.cat([t.reshape(-1) for t in capture.batches[k][j]])
+            for name, value in oracle(x).items():
+                got = float(results.activations[path][name][k])
+                assert got == pytest.approx(value, rel=1e-4, abs=1e-6), (path, k, name)
+
+
+def check_hist(results: Any, paths: list[str], capture: Capture, steps: int) -> None:
+    for j, path in enumerate(paths):
+        edges = results.hist_edges[path].double()
+        bins = len(edges) - 1
+        for k in range(steps):
+            x = torch.cat([t.reshape(-1) for t in capture.batches[k][j]]).double()
+            position = (x - edges[0]) / (edges[-1] - edges[0]) * bins
+            expected = torch.bincount(position.floor().clamp(0, bins - 1).long(), minlength=bins).float()
+            on_edge = int(((position - position.round()).abs() < 1e-3).sum())
+            assert float((results.histograms[path][k] - expected).abs().sum()) <= 2 * on_edge, (path, k)
+            assert float(results.histograms[path][k].sum()) == x.numel()
+
+
+def large_model() -> nn.Sequential:
+    # outputs of 64 x 1024 = 65536 values: above the batching threshold; the last layer is small
+    return nn.Sequential(
+        nn.Linear(16, 1024), nn.Tanh(), nn.Linear(1024, 1024), nn.ReLU(inplace=True), nn.Linear(1024, 3)
+    )
+
+
+def train(
+    model: nn.Module, w: Watch, inputs: list[torch.Tensor], paths: list[str]
+) -> tuple[Capture, GradCapture, list[Any]]:
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    forward, backward = Capture(paths), GradCapture(paths)
+    params = dict(model.named_parameters())
+    seen: list[Any] = []
+    with LoopDriver([forward, backward, w], model, opt):
+        for x in inputs:
+            model(x).pow(2).mean().backward()
+            before = {n: p.detach().clone() for n, p in params.items()}
+            grads = {n: float(p.grad.norm()) for n, p in params.items()}
+            opt.step()
+            ratios = {n: float((p.detach() - before[n]).norm() / p.detach().norm()) for n, p in params.items()}
+            seen.append((grads, ratios))
+            opt.zero_grad()
+    return forward, backward, seen
+
+
+def test_large_outputs_match_the_oracle_also_when_an_in_place_op_follows() -> None:
+    torch.manual_seed(0)
+    model, paths = large_model(), ["0", "1", "2", "4"]
+    w = watch(model, select=paths)
+    inputs = [torch.randn(64, 16) for _ in range(2)]
+    forward, backward, seen = train(model, w, inputs, paths)
+    results = w.results()
+    check_activations(results, paths, forward, steps=2)  # "2" is followed by ReLU(inplace=True)
+    check_hist(results, paths, forward, steps=2)
+    assert float(results.activations["1"]["saturated"][0]) == pytest.approx(
+        float((forward.batches[0][1][0].abs() >= 0.98).double().mean())
+    )
+    x = torch.cat([forward.batches[k][2][0] for k in range(2)])
+    torch.testing.assert_close(results.unit_activity["2"], (x > 0).float().mean(0))
+    for j, path in enumerate(paths):
+        for k in range(2):
+            grad = backward.batches[k][j][0]
+            assert float(results.output_grads[path]["norm"][k]) == pytest.approx(float(grad.norm()), rel=1e-4)
+            assert float(results.output_grads[path]["nonfinite"][k]) == 0
+    for k, (grads, _) in enumerate(seen):
+        for name, norm in grads.items():
+            assert float(results.param_grads[name]["norm"][k]) == pytest.approx(norm, rel=1e-4)
+
+
+def test_update_ratios_of_large_and_small_parameters_match_the_oracle() -> None:
+    torch.manual_seed(1)
+    model = large_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    w = watch(model, opt, select=["0", "2", "4"])
+    inputs = [torch.randn(64, 16) for _ in range(3)]
+    _, _, seen = train(model, w, inputs, ["0"])
+    results = w.results()
+    assert results.steps.tolist() == [0, 1, 2]
+    for k, (grads, ratios) in enumerate(seen):
+        for name in grads:  # "2.weight" is large (1M values), the biases small
+            assert float(results.param_grads[name]["norm"][k]) == pytest.approx(grads[name], rel=1e-4)
+            assert float(results.update_ratios[name][k]) == pytest.approx(ratios[name], rel=1e-3)
+
+
+class InPlaceAt(nn.Module):
+    """Linear whose output the parent changes in place, but only at forward number `at` (from 0)."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.linear, self.at, self.calls = nn.Linear(4, 8), at, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.linear(x)
+        if self.calls == self.at:
+            y.mul_(100.0)
+        self.calls += 1
+        return torch.tanh(y)
+
+
+@pytest.mark.parametrize("at", [0, 2])
+def test_small_outputs_changed_in_place_are_copied_or_counted(at: int) -> None:
+    torch.manual_seed(2)
+    model, paths = InPlaceAt(at), ["linear"]
+    capture, w = Capture(paths), watch(model, select=paths)
+    with LoopDriver([capture, w], model):
+        for _ in range(4):
+            model(torch.randn(6, 4))
+    results = w.results()
+    for k in range(4):
+        if at == 2 and k == 2:  # kept by reference after two unchanged steps: changed now, so dropped
+            assert math.isnan(float(results.activations["linear"]["mean"][k]))
+            continue
+        x = capture.batches[k][0][0]  # the hook's view before the in-place change
+        assert float(results.activations["linear"]["mean"][k]) == pytest.approx(float(x.mean()), rel=1e-5)
+        assert float(results.activations["linear"]["max"][k]) == pytest.approx(float(x.max()), rel=1e-5)
+    assert results.dropped.get("changed_in_place", 0) == (1 if at == 2 else 0)
+
+
+class Twice(nn.Module):
+    """Calls one linear layer on the first two rows (a small output), then on all rows (a large one)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shared = nn.Linear(8, 1024)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.shared(x[:2]).sum() + self.shared(x).sum()
+
+
+def test_a_module_called_with_small_and_large_inputs_merges_both() -> None:
+    torch.manual_seed(3)
+    model = Twice()
+    capture, w = Capture(["shared"]), Watch(select=["shared"])
+    with LoopDriver([capture, w], model):
+        model(torch.randn(64, 8))  # 2 x 1024 values, then 64 x 1024
+    x = torch.cat([t.reshape(-1) for t in capture.batches[0][0]])
+    stats = w.results().activations["shared"]
+    for name, value in oracle(x).items():
+        assert float(stats[name][0]) == pytest.approx(value, rel=1e-4, abs=1e-6), name
+
+
+class Spike(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        grad = grad.clone()
+        grad.view(-1)[:3] = float("inf")
+        return grad
+
+
+class SpikeGrad(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return Spike.apply(x)
+
+
+@pytest.mark.parametrize(("rows", "expected"), [(2, 3.0), (64, 1.0)])
+def test_non_finite_gradients_are_counted_when_small_and_flagged_when_large(rows: int, expected: float) -> None:
+    model = nn.Sequential(nn.Linear(8, 1024), SpikeGrad(), nn.Linear(1024, 1))
+    with watch(model, select=["0"]) as w:
+        model(torch.randn(rows, 8)).sum().backward()
+    assert float(w.results().output_grads["0"]["nonfinite"][0]) == expected
+
+
+def test_a_gradient_that_arrives_after_its_step_is_still_recorded() -> None:
+    torch.manual_seed(4)
+    model = nn.Sequential(nn.Linear(3, 5))
+    backward, w = GradCapture(["0"]), watch(model, select=["0"])
+    with LoopDriver([backward, w], model):
+        first = model(torch.randn(4, 3)).pow(2).sum()
+        second = model(torch.randn(4, 3)).sum()  # step 1 begins: step 0 is written
+        first.backward()  # step 0's gradient arrives late
+        second.backward()
+    grads = w.results().output_grads["0"]["norm"]
+    assert float(grads[0]) == pytest.approx(float(backward.batches[0][0][0].norm()), rel=1e-5)
+    assert float(grads[1]) == pytest.approx(float(backward.batches[1][0][0].norm()), rel=1e-5)
+
+
+def test_large_four_dimensional_outputs_have_per_channel_unit_activity() -> None:
+    torch.manual_seed(5)
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU())
+    capture, w = Capture(["0", "1"]), watch(model, select=["0", "1"])
+    with LoopDriver([capture, w], model):
+        model(torch.randn(8, 3, 16, 16))  # 8 x 16 x 16 x 16 = 32768 values
+    x = capture.batches[0][1][0]
+    torch.testing.assert_close(w.results().unit_activity["1"], (x > 0).float().mean((0, 2, 3)))
+    check_activations(w.results(), ["0", "1"], capture, steps=1)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_no_host_device_sync_between_flushes_on_cuda() -> None:
+    model = large_model().cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(64, 16, device="cuda")
+    with watch(model, opt, buffer_steps=16) as w:
+        for _ in range(3):  # layouts and buffers are built in the first steps
+            model(x).sum().backward()
+            opt.step()
+            opt.zero_grad()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            for _ in range(10):
+                loss = model(x).pow(2).mean()
+                w.log_loss(loss)
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    assert w.results().num_steps == 13
