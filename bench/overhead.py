@@ -8,6 +8,8 @@ round. The table gives the median ratio and its interquartile range over rounds.
     python bench/overhead.py                 # all models, full run; writes bench/results/overhead.json
     python bench/overhead.py --quick         # a short run
     python bench/overhead.py --models tiny --rounds 3 --steps 5
+    python bench/overhead.py --repeat 2      # each model measured twice (columns "mlp", "mlp #2" ...)
+    python bench/overhead.py --device cuda   # on a GPU (steps synchronize before and after each round)
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import platform
 import resource
 import statistics
@@ -178,15 +181,25 @@ def available(name: str) -> bool:
 
 
 def time_round(step: Step, steps: int) -> float:
+    _synchronize()
     start = time.perf_counter()
     for _ in range(steps):
         step()
+    _synchronize()
     return (time.perf_counter() - start) / steps
 
 
-def bench_model(name: str, configs: dict[str, Config], rounds: int, steps: int, warmup: int) -> dict[str, Any]:
+def _synchronize() -> None:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+def bench_model(
+    name: str, configs: dict[str, Config], rounds: int, steps: int, warmup: int, device: str = "cpu"
+) -> dict[str, Any]:
     torch.manual_seed(0)
     model, x, y = MODELS[name]()
+    model, x, y = model.to(device), x.to(device), y.to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
     step = make_step(model, optimizer, x, y)
     for _ in range(warmup):
@@ -254,6 +267,20 @@ def peak_rss_growth(steps: int) -> dict[str, float]:
     return marks
 
 
+def machine(device: str) -> str:
+    """One line naming the machine: architecture, CPU model, cores and torch threads (and the GPU, if used)."""
+    cpu = platform.processor() or "cpu"
+    try:
+        with open("/proc/cpuinfo") as info:
+            cpu = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    line = f"{platform.machine()}, {cpu}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads"
+    if device.startswith("cuda") and torch.cuda.is_available():
+        line += f", {torch.cuda.get_device_name()}"
+    return line
+
+
 def markdown(results: dict[str, dict[str, Any]]) -> str:
     models = list(results)
     configs = list(next(iter(results.values())))
@@ -277,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--memory-steps", type=int, default=None, help="watched tiny-MLP steps for the RSS check")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile pair")
+    parser.add_argument("--repeat", type=int, default=1, help="measure each model this many times (noisy machines)")
+    parser.add_argument("--device", default="cpu", help="where the models run (cpu, cuda)")
     parser.add_argument("--out", default=str(HERE / "results" / "overhead.json"))
     args = parser.parse_args(argv)
     rounds = args.rounds or (3 if args.quick else 15)
@@ -290,13 +319,15 @@ def main(argv: list[str] | None = None) -> int:
     skipped = [name for name in CONFIGS if name not in configs]
     results = {}
     for model in models:
-        print(
-            f"benchmarking {model} ({rounds} rounds x {steps} steps x {len(configs)} configurations) ...",
-            file=sys.stderr,
-        )
-        results[model] = bench_model(model, configs, rounds, steps, warmup=2 if args.quick else 5)
+        for run in range(max(1, args.repeat)):
+            print(
+                f"benchmarking {model} ({rounds} rounds x {steps} steps x {len(configs)} configurations) ...",
+                file=sys.stderr,
+            )
+            column = model if run == 0 else f"{model} #{run + 1}"
+            results[column] = bench_model(model, configs, rounds, steps, 2 if args.quick else 5, args.device)
     report: dict[str, Any] = {
-        "machine": f"{platform.machine()}, {torch.get_num_threads()} torch threads, {platform.processor() or 'cpu'}",
+        "machine": machine(args.device),
         "torch": torch.__version__,
         "hookscope": hookscope.__version__,
         "rounds": rounds,
@@ -305,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
         "skipped": skipped,
     }
     table = markdown(results)
+    print(f"machine: {report['machine']}, torch {torch.__version__}, {rounds} rounds x {steps} steps\n")
     print(table)
     if skipped:
         print(f"\nskipped (not in this checkout): {', '.join(skipped)}")
