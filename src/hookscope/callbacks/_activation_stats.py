@@ -18,6 +18,7 @@ from ._moments import (
     hist_counts,
     hist_scale,
     large_moments,
+    scale_from_bound,
     scratch_like,
     small_hist,
     small_moments,
@@ -173,7 +174,8 @@ class ActivationStats(HookCallback):
             if torch.compiler.is_compiling():  # traced: read one flag, append to one list, nothing else
                 x = _first_float(output)
                 if self._recording and x is not None and x.numel():
-                    self._traced.append((index, x.detach().to(torch.float32, copy=True)))
+                    dtype = torch.float64 if x.numel() < BATCH_BELOW else torch.float32
+                    self._traced.append((index, x.detach().to(dtype, copy=True)))
             elif module is ref():  # not a deepcopy of the model, which shares the hooks
                 record(index, output)
 
@@ -191,7 +193,7 @@ class ActivationStats(HookCallback):
             x = x.cpu()
         self._pending_row = row
         if x.numel() < BATCH_BELOW:
-            self._small.append((index, x.to(torch.float32, copy=True)))  # a copy: in-place ops may follow
+            self._small.append((index, x.to(torch.float64, copy=True)))  # a copy: in-place ops may follow
         else:
             self._describe_large(index, x.reshape(-1) if x.dtype == torch.float32 else x.reshape(-1).float())
 
@@ -259,7 +261,7 @@ class ActivationStats(HookCallback):
         self, row: int, small: list[tuple[int, torch.Tensor]], moments: torch.Tensor, counts: list[int]
     ) -> None:
         parts = tuple((index, tensor.numel()) for index, tensor in small)
-        values = torch._C._nn.flatten_dense_tensors([tensor for _, tensor in small]).double()
+        values = torch._C._nn.flatten_dense_tensors([tensor for _, tensor in small])  # float64 copies
         layout = self._layouts.get(parts)
         if layout is None:
             if len(self._layouts) >= 32:
@@ -280,12 +282,19 @@ class ActivationStats(HookCallback):
         if layout.hist is None:
             scale, shift = self._tables(values.device)
             missing = [g for g, j in enumerate(layout.modules) if self._scales[j] is None]
-            if missing:
+            if missing:  # the range comes from this first record: all missing modules at once
                 largest = torch.full((len(layout.modules),), math.nan, dtype=torch.float64, device=values.device)
                 largest.scatter_reduce_(0, layout.seg, values.abs(), "amax", include_self=False)
+                rows = torch.tensor(missing, device=values.device)
+                targets = layout.group_of.index_select(0, rows)
+                if self.hist_range is None:
+                    new_scale, new_shift = scale_from_bound(largest.index_select(0, rows), self.hist_bins)
+                else:
+                    new_scale, new_shift = hist_scale(values, self.hist_bins, self.hist_range)
+                scale.index_copy_(0, targets, new_scale.expand(len(missing)))
+                shift.index_copy_(0, targets, new_shift.expand(len(missing)))
                 for g in missing:
                     j = layout.modules[g]
-                    scale[j], shift[j] = hist_scale(largest[g : g + 1], self.hist_bins, self.hist_range)
                     self._scales[j] = (scale[j], shift[j])
             layout.hist = layout.hist_positions(scale, shift)
         return layout.hist

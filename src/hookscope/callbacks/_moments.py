@@ -19,6 +19,7 @@ __all__ = [
     "hist_counts",
     "hist_scale",
     "large_moments",
+    "scale_from_bound",
     "scratch_like",
     "small_hist",
     "small_moments",
@@ -29,9 +30,11 @@ BATCH_BELOW = 1 << 15
 
 
 def scratch_like(buffers: dict[torch.device, torch.Tensor], like: torch.Tensor) -> torch.Tensor | None:
-    """A reused float32 buffer shaped like `like` (`None` under `torch.compile` or above 16M values)."""
+    """A reused float32 buffer shaped like `like`, for CPU tensors (fresh allocations of a few MB cost page faults
+    there; accelerators' caching allocators reuse memory already); `None` under `torch.compile` or above 16M
+    values."""
     n = like.numel()
-    if n > 1 << 24 or torch.compiler.is_compiling():
+    if n > 1 << 24 or like.device.type != "cpu" or torch.compiler.is_compiling():
         return None
     buffer = buffers.get(like.device)
     if buffer is None or buffer.numel() < n:
@@ -54,7 +57,7 @@ def hist_scale(
     values: torch.Tensor, bins: int, hist_range: tuple[float, float] | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Return 0-d float64 device tensors `(scale, shift)` mapping the range onto `[0, bins]` (no host sync);
-    `hist_range=None`: `(-a, a)`, `a` the largest finite |value| (1 when there is none)."""
+    `hist_range=None`: `(-a, a)`, `a` the largest |value| of `values`."""
     if hist_range is not None:
         low, high = hist_range
         scale = bins / (high - low)
@@ -62,7 +65,12 @@ def hist_scale(
         full[0] = scale
         return full[0], full[1]
     smallest, largest = torch.aminmax(values)
-    bound = torch.maximum(-smallest, largest).double()
+    return scale_from_bound(torch.maximum(-smallest, largest).double(), bins)
+
+
+def scale_from_bound(bound: torch.Tensor, bins: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(scale, shift)` of the symmetric range `(-bound, bound)`, elementwise (1 where `bound` is not finite and
+    positive)."""
     bound = torch.where(torch.isfinite(bound) & (bound > 0), bound, torch.ones_like(bound))
     return bins / (2 * bound), torch.full_like(bound, bins / 2)
 

@@ -59,9 +59,9 @@ _CHANNEL_FIRST = (nn.modules.conv._ConvNd, nn.modules.batchnorm._NormBase, nn.Gr
 class Scratch:
     """Two reusable flat float32 buffers per device for the intermediate results of the kernels.
 
-    Large kernels write their temporaries here instead of allocating (fresh allocations of a few MB cost page
-    faults on the CPU). Tensors above `limit` values, and code being traced by `torch.compile`, get `None` and
-    allocate as usual.
+    Large kernels write their temporaries here instead of allocating: fresh allocations of a few MB cost page
+    faults on the CPU. Accelerator tensors (whose caching allocator already reuses memory), tensors above `limit`
+    values and code being traced by `torch.compile` get `None` and allocate as usual.
     """
 
     def __init__(self, limit: int = 1 << 24) -> None:
@@ -71,7 +71,7 @@ class Scratch:
     def get(self, like: torch.Tensor, slot: int = 0) -> torch.Tensor | None:
         """A float32 buffer shaped like `like` (slot 0 or 1), or `None` when none is to be used."""
         n = like.numel()
-        if n > self.limit or torch.compiler.is_compiling():
+        if n > self.limit or like.device.type != "cpu" or torch.compiler.is_compiling():
             return None
         key = (like.device, slot)
         buffer = self._buffers.get(key)

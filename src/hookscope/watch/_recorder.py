@@ -377,6 +377,8 @@ class Recorder(StepWriter):
         for _, j, _ in traced:
             self.observed[j] = True
             self._rank(0, j)
+        if traced:
+            self._assume_backward_order()
         found += traced
         stage = self.stage if traced else None
         if not found:
@@ -413,7 +415,14 @@ class Recorder(StepWriter):
                 log.small[ACTIVATION].append((index, tensor.shape, tensor, None, -1))
             else:
                 self.describe_large(log, index, tensor, self.module_refs[index]())
+        if log.traced:
+            self._assume_backward_order()
         self.write_step(log)
+
+    def _assume_backward_order(self) -> None:
+        """Compiled backwards cannot report their order: assume the reverse of the forward order."""
+        for index in reversed(self.forward_order):
+            self._rank(1, index)
 
     def _take_traced(self) -> list[tuple[int, int, torch.Tensor]]:
         traced, self.traced = self.traced, []

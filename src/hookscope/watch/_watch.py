@@ -367,6 +367,14 @@ def watch(
     backward, with the step) -- kept on the device, so no host sync per step. Statistics stay in device buffers
     and move to the host every `buffer_steps` recorded steps, when read, and at the end.
 
+    Cost: an output or gradient of 32768 values or more is described as soon as its hook sees it, in a few
+    passes (its gradients' non-finite column is then a flag: 1 when the gradient's norm is not finite, rather than
+    an exact count, which would take three more passes); smaller tensors are kept until the step ends and all
+    described together with a fixed number of torch calls. Steps `every` skips cost one min/max per output, or
+    nothing with `check_nonfinite=False`. Attached before `torch.compile`, the hooks compile into the graph
+    without graph breaks, and the statistics are the same as in eager mode (compiled backwards cannot report the
+    order they ran in: `first_nonfinite` assumes the reverse of the forward order).
+
     A step is one training-mode forward of `model` (the root), or one optimizer step when `optimizer` is given
     (forwards of gradient accumulation then merge into one step). Modules selected but never run in a step are
     listed in `results().unobserved` with advice, and warned about once.
