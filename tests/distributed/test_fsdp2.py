@@ -1,9 +1,9 @@
 """FSDP2 (`fully_shard`, DTensor parameters) on 2 gloo CPU ranks (E4): merged statistics equal the single-process
 reference, and gradient norms of sharded parameters combine as the root of the ranks' summed squares.
 
-watch() records activations and output gradients of an FSDP2 model; its parameter-gradient statistics cannot be
-taken there yet (the recorder writes DTensor norms into plain buffers), so the shard norms come from hookscope's
-post-accumulate-grad hooks, which FSDP2 calls on the sharded parameters after its reduce-scatter.
+watch() records activations, output gradients and (per shard) parameter gradients of an FSDP2 model; the shard norms
+are also taken with hookscope's post-accumulate-grad hooks, which FSDP2 calls on the sharded parameters after its
+reduce-scatter, and both merge to the whole gradient's norm.
 """
 
 from __future__ import annotations
@@ -25,7 +25,15 @@ from hookscope.watch._merge import merge_results
 from .launch import run_ranks
 
 STEPS, ROWS, SPLIT, RANGE = 2, 12, 5, (-3.0, 3.0)
-GROUPS = ("activations", "output_grads", "histograms", "unit_activity")
+GROUPS = (
+    "activations",
+    "output_grads",
+    "histograms",
+    "unit_activity",
+    "param_grads",
+    "update_ratios",
+    "identical_units",
+)
 
 
 def _model() -> nn.Sequential:
@@ -83,6 +91,7 @@ def _body(rank: int, world: int) -> dict[str, Any]:
         "output_grads": merged.output_grads,
         "histograms": merged.histograms,
         "param_grads": {name: stats["norm"] for name, stats in merged_shards.param_grads.items()},
+        "watch_param_grads": {name: stats["norm"] for name, stats in merged.param_grads.items()},
         "own_shards": {name: torch.stack(v).sqrt() for name, v in shard_sums.items()},
         "grad_norms": full_norms,
         "stats": merge_activation_stats(stats).state_dict(),
@@ -142,6 +151,7 @@ def test_fsdp2_gradient_norms_are_root_sums_of_squares_of_the_shards(
     for got in ranks:
         for name, norms in want.items():
             assert torch.allclose(got["param_grads"][name].double(), norms.double(), rtol=1e-5), name
+            assert torch.allclose(got["watch_param_grads"][name].double(), norms.double(), rtol=1e-5), name
             assert torch.allclose(got["grad_norms"][name], norms, rtol=1e-5), name
     for name, norms in want.items():  # each rank alone holds a part of the gradient
         own = [got["own_shards"][name] for got in ranks]

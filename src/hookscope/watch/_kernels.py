@@ -242,10 +242,13 @@ def identical_units(module: nn.Module, tolerance: float = 1e-6) -> int | None:
     """Count the output units of `module` whose incoming weights (and bias) equal another unit's, within tolerance.
 
     Read from `weight` (one row per output unit; dim 1 for transposed convolutions) and `bias`. `None` for
-    modules without a weight of 2 or more dims, and for embeddings (their rows are tokens, not units).
+    modules without a weight of 2 or more dims, for embeddings (their rows are tokens, not units) and for sharded
+    (DTensor) weights.
     """
     weight = getattr(module, "weight", None)
     if not isinstance(weight, torch.Tensor) or weight.dim() < 2 or isinstance(module, (nn.Embedding, nn.EmbeddingBag)):
+        return None
+    if type(weight).__name__ == "DTensor":  # a shard (FSDP2): comparing units would need every rank's rows
         return None
     with torch.no_grad():
         rows = weight.detach()

@@ -63,6 +63,7 @@ class Recorder(StepWriter):
         self.module_refs = [weakref.ref(m) for _, m in modules]
         self.param_names = [name for name, _ in params]
         self.params: list[nn.Parameter] = [p for _, p in params]
+        self._sharded = any(_is_dtensor(p) for p in self.params)
         self.bounds = [saturation_bounds(m) for _, m in modules]
         self.row = -1  # the id of the row the hooks write into now; -1 when this moment is not recorded
         self.open_row = -1  # the row id of the open step, also between its batches
@@ -102,6 +103,7 @@ class Recorder(StepWriter):
         """Point at the modules and parameters of a new fit of the same model (same paths and names)."""
         self.module_refs = [weakref.ref(m) for _, m in modules]
         self.params = [p for _, p in params]
+        self._sharded = any(_is_dtensor(p) for p in self.params)
         self.bounds = [saturation_bounds(m) for _, m in modules]
         self.forget_layouts()
 
@@ -121,6 +123,7 @@ class Recorder(StepWriter):
         while self._handles:
             self._handles.pop().remove()
         self.params = []
+        self._sharded = False
         self._copies, self._flat_before, self._param_seg, self._snapshot_row = None, None, None, -1
         self.scratch.clear()
         self.forget_layouts()
@@ -283,7 +286,9 @@ class Recorder(StepWriter):
         if self.open_row < 0 or log is None or not self.params or "param_grads" not in self.options.groups:
             return
         present = [
-            (i, p.grad) for i, p in enumerate(self.params) if p.grad is not None and p.grad.layout == torch.strided
+            (i, _local(p.grad))
+            for i, p in enumerate(self.params)
+            if p.grad is not None and p.grad.layout == torch.strided
         ]
         if not present:
             return
@@ -302,13 +307,14 @@ class Recorder(StepWriter):
         if self.open_row < 0 or not self.params or "update_ratios" not in self.options.groups:
             return
         small, large = self._param_split()
+        current = self._values()
         with torch.no_grad():
-            self._flat_before = _flatten([self.params[i] for i in small]) if small else None
+            self._flat_before = _flatten([current[i] for i in small]) if small else None
             copies = self._copies
-            if copies is None or any(c.shape != self.params[i].shape for c, i in zip(copies, large, strict=True)):
-                copies = self._copies = [torch.empty_like(self.params[i]) for i in large]
+            if copies is None or any(c.shape != current[i].shape for c, i in zip(copies, large, strict=True)):
+                copies = self._copies = [torch.empty_like(current[i]) for i in large]
             if large:
-                torch._foreach_copy_(copies, [self.params[i] for i in large])
+                torch._foreach_copy_(copies, [current[i] for i in large])
         self._snapshot_row = self.open_row
 
     def record_ratios(self) -> None:
@@ -321,16 +327,17 @@ class Recorder(StepWriter):
             self.drop("late_update")
             return
         small, large = self._param_split()
+        current = self._values()
         ratios: list[torch.Tensor] = []
         with torch.no_grad():
             if small and self._flat_before is not None:
-                after = _flatten([self.params[i] for i in small])
+                after = _flatten([current[i] for i in small])
                 moved = self._flat_before.sub_(after)
                 squares = self._param_squares(torch.stack((moved, after)), small)
                 ratios.append(squares[0].div_(squares[1]).sqrt_())
             if large:
-                torch._foreach_sub_(copies, [self.params[i] for i in large])
-                squares = sum_of_squares(copies + [self.params[i].detach() for i in large]).view(2, -1)
+                torch._foreach_sub_(copies, [current[i] for i in large])
+                squares = sum_of_squares(copies + [current[i].detach() for i in large]).view(2, -1)
                 ratios.append(squares[0].div_(squares[1]).sqrt_())
         self._flat_before = None
         values = torch.cat(ratios) if len(ratios) > 1 else ratios[0]
@@ -341,12 +348,17 @@ class Recorder(StepWriter):
 
     def _param_split(self) -> tuple[list[int], list[int]]:
         """Indices of the small watched parameters (batched) and of the large ones."""
-        small = [i for i, p in enumerate(self.params) if p.numel() < BATCH_BELOW]
-        return small, [i for i, p in enumerate(self.params) if p.numel() >= BATCH_BELOW]
+        values = self._values()
+        small = [i for i, p in enumerate(values) if p.numel() < BATCH_BELOW]
+        return small, [i for i, p in enumerate(values) if p.numel() >= BATCH_BELOW]
+
+    def _values(self) -> list[torch.Tensor]:
+        """The watched parameters' values as plain tensors: this rank's shard of a DTensor (FSDP2)."""
+        return [_local(p) for p in self.params] if self._sharded else list(self.params)
 
     def _param_squares(self, rows: torch.Tensor, small: list[int]) -> torch.Tensor:
         """(rows, len(small)) float64 sums of squares of each small parameter's values in `rows` (concatenated)."""
-        key = tuple(self.params[i].numel() for i in small)
+        key = tuple(_local(self.params[i]).numel() for i in small)
         seg = self._param_seg
         if seg is None or seg[0] != key or seg[1].device != rows.device:
             ids = torch.repeat_interleave(torch.arange(len(key)), torch.tensor(key))
@@ -480,3 +492,13 @@ def _device_of(module: nn.Module) -> torch.device:
 
 
 _TAGS = ("watch",)
+
+
+def _is_dtensor(tensor: torch.Tensor) -> bool:
+    return type(tensor).__name__ == "DTensor" or type(getattr(tensor, "data", None)).__name__ == "DTensor"
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of a DTensor (FSDP2 parameters and gradients); any other tensor as it is."""
+    to_local = getattr(tensor, "to_local", None)
+    return to_local() if callable(to_local) and _is_dtensor(tensor) else tensor
