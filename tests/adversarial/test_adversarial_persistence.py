@@ -209,3 +209,29 @@ def test_state_with_unsupported_values_names_where(tmp_path: Path) -> None:
     loaded = load_state(tmp_path / "s.safetensors")
     assert loaded["a"][0] == 1 and loaded["a"][1] != loaded["a"][1] and loaded["a"][2] is None
     assert torch.equal(loaded[3][0], torch.ones(2)) and loaded["b"] == {"c": "text"}
+
+
+def test_f3_grad_scaler_parameter_norms_are_unscaled_and_a_skipped_step_moves_nothing() -> None:
+    from hookscope.weights import MaxNorm, register_constraint
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    constraint = register_constraint(model, MaxNorm(10.0), mode="step", optimizer=optimizer)
+    reference: list[float] = []
+    with watch(model, optimizer, groups=("param_grads",)) as w:
+        for step in range(4):
+            optimizer.zero_grad()
+            loss = model(torch.randn(8, 4)).pow(2).mean()
+            scaler.scale(loss * (float("inf") if step == 1 else 1.0)).backward()
+            scaler.unscale_(optimizer)
+            if step != 1:
+                reference.append(model[0].weight.grad.norm().item())
+            scaler.step(optimizer)  # skipped at step 1: optimizer.step() never runs
+            scaler.update()
+    constraint.remove()
+    results = w.results()
+    assert results.num_steps == 3  # the skipped step is not an optimizer step
+    assert torch.allclose(results.param_grads["0.weight"]["norm"], torch.tensor(reference), rtol=1e-5)
+    assert constraint.applications == {"0": 3, "2": 3}  # no projection after the skipped step
