@@ -229,26 +229,37 @@ def summarize(times: dict[str, list[float]]) -> dict[str, Any]:
 
 
 def bench_compiled(rounds: int, steps: int) -> dict[str, Any]:
-    """Compiled bare vs compiled watched MLP (watch attached before compiling)."""
+    """Compiled bare vs compiled watched tiny MLP (watch attached before compiling), and whether it recorded.
+
+    Both models share their classes' code, and dynamo does not guard on module hooks by default: the second
+    model compiled would silently reuse the first one's graph (without or with the hooks). Guarding on hooks
+    here gives each model its own graph.
+    """
     from hookscope.watch import watch
 
     torch.manual_seed(0)
     results: dict[str, list[float]] = {"bare": [], "watched": []}
-    runners = {}
-    for config in results:
-        model, x, y = tiny()
-        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-        watcher = watch(model, optimizer) if config == "watched" else None
-        if watcher is not None:
-            watcher.attach()
-        compiled = torch.compile(model, backend="aot_eager")
-        runners[config] = make_step(compiled, optimizer, x, y)
-        for _ in range(3):
-            runners[config]()
-    for _ in range(rounds):
-        for config, step in runners.items():
-            results[config].append(time_round(step, steps))
-    return summarize(results)
+    runners, watchers = {}, []
+    with torch._dynamo.config.patch(skip_nnmodule_hook_guards=False):
+        for config in results:
+            model, x, y = tiny()
+            optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+            if config == "watched":
+                watchers.append(watch(model, optimizer))
+                watchers[-1].attach()
+            compiled = torch.compile(model, backend="aot_eager")
+            runners[config] = make_step(compiled, optimizer, x, y)
+            for _ in range(3):
+                runners[config]()
+        for _ in range(rounds):
+            for config, step in runners.items():
+                results[config].append(time_round(step, steps))
+    for watcher in watchers:
+        watcher.detach()
+    summary = summarize(results)
+    recorded = watchers[0].results().activations["0"]["count"] if watchers else torch.zeros(0)
+    summary["watched"]["recorded_steps"] = int(torch.isfinite(recorded).sum())
+    return summary
 
 
 def peak_rss_growth(steps: int) -> dict[str, float]:
@@ -342,8 +353,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nskipped (not in this checkout): {', '.join(skipped)}")
     if available("watch") and not args.no_compile:
         report["compiled_tiny"] = bench_compiled(rounds, steps)
-        ratio = report["compiled_tiny"]["watched"]["median_ratio"]
-        print(f"\ntorch.compile (aot_eager), tiny MLP: watched/bare = {ratio:.3f}")
+        compiled = report["compiled_tiny"]["watched"]
+        print(
+            f"\ntorch.compile (aot_eager), tiny MLP: watched/bare = {compiled['median_ratio']:.3f} "
+            f"({compiled['q1']:.3f}-{compiled['q3']:.3f}), {compiled['recorded_steps']} steps recorded"
+        )
     if available("watch") and memory_steps:
         report["peak_rss_mib"] = peak_rss_growth(memory_steps)
         print(f"\npeak RSS of a {memory_steps}-step watched tiny run (MiB): {report['peak_rss_mib']}")
