@@ -114,8 +114,8 @@ def naive_item(model: nn.Module, optimizer: torch.optim.Optimizer) -> Iterator[N
     """The common pattern: per-layer mean, std, near-zero with `.item()` and a 40-bin histc, every step."""
     records: list[tuple[float, float, float, torch.Tensor]] = []
 
-    def hook(module: nn.Module, args: Any, output: torch.Tensor) -> None:
-        out = output.detach().float()
+    def hook(module: nn.Module, args: Any, output: Any) -> None:
+        out = (output if isinstance(output, torch.Tensor) else output[0]).detach().float()  # attention: a tuple
         records.append((out.mean().item(), out.std().item(), (out <= 0.05).float().mean().item(), out.histc(40, -7, 7)))
 
     with scope():

@@ -12,17 +12,7 @@ import torch.nn as nn
 from .._errors import HookscopeWarning
 from ..hooks import Selector, tensor_leaves
 from ._hook_callback import HookCallback, HookFunction
-from ._moments import (
-    BATCH_BELOW,
-    RecordLayout,
-    hist_counts,
-    hist_scale,
-    large_moments,
-    scale_from_bound,
-    scratch_like,
-    small_hist,
-    small_moments,
-)
+from ._moments import BATCH_BELOW, RecordLayout, RecordWriter
 
 __all__ = ["ActivationStats", "RecordsDroppedWarning"]
 
@@ -31,7 +21,7 @@ class RecordsDroppedWarning(HookscopeWarning):
     """Observations were not kept because a capacity was reached (they are counted in `dropped`)."""
 
 
-class ActivationStats(HookCallback):
+class ActivationStats(RecordWriter, HookCallback):
     """Record mean, std and near-zero fraction (and a histogram) of each module's output per training batch.
 
     For every observed training batch and every observed module, `stats[k][j]` is a dict `{'mean', 'std',
@@ -197,118 +187,6 @@ class ActivationStats(HookCallback):
         else:
             self._describe_large(index, x.reshape(-1) if x.dtype == torch.float32 else x.reshape(-1).float())
 
-    def _describe_large(self, index: int, flat: torch.Tensor) -> None:
-        scratch = scratch_like(self._scratch, flat)
-        moments = large_moments(flat, self.near_zero, scratch)
-        hist = None
-        if self.with_hist:
-            scale, shift = self._scale_of(index, flat)
-            hist = hist_counts(flat, scale, shift, self.hist_bins, scratch)
-        self._large.append((index, flat.numel(), moments, hist))
-
-    def _scale_of(self, index: int, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        scale, shift = self._tables(flat.device)
-        if self._scales[index] is None:
-            new_scale, new_shift = hist_scale(flat, self.hist_bins, self.hist_range)
-            scale[index], shift[index] = new_scale, new_shift
-            self._scales[index] = (scale[index], shift[index])
-        return scale[index], shift[index]
-
-    def _tables(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """The histogram `(scale, shift)` of every module as (modules,) float64 device tensors."""
-        tables = self._scale_table
-        if tables is None or tables[0].device != device:
-            modules = len(self.paths)
-            scale = torch.ones(modules, dtype=torch.float64, device=device)
-            shift = torch.zeros(modules, dtype=torch.float64, device=device)
-            for j, value in enumerate(self._scales):
-                if value is not None:
-                    scale[j], shift[j] = value[0].to(device), value[1].to(device)
-                    self._scales[j] = (scale[j], shift[j])
-            tables = self._scale_table = (scale, shift)
-            self._layouts.clear()
-        return tables
-
-    def _settle(self) -> None:
-        """Write the pending outputs of the record into its row (small ones with a fixed number of calls)."""
-        if self._traced and self._row >= 0:
-            self._pending_row = self._row
-        for index, tensor in self._traced:
-            if tensor.numel() < BATCH_BELOW:
-                self._small.append((index, tensor))
-            else:
-                self._describe_large(index, tensor.reshape(-1))
-        self._traced = []
-        if not (self._small or self._large) or self._pending_row < 0:
-            return
-        small, large, row = self._small, self._large, self._pending_row
-        self._small, self._large, self._cache = [], [], None
-        device = small[0][1].device if small else large[0][2].device
-        moments, counts = self._buffer(row, device), self._counts[row]
-        if small:
-            self._settle_small(row, small, moments, counts)
-        for index, n, values, hist in large:
-            target = moments[row, index]
-            if counts[index] == 0:
-                target.copy_(values)
-            else:
-                _merge_moments(target, values, counts[index], n)
-            counts[index] += n
-            if hist is not None and self._hists is not None:
-                self._hists[row, index].add_(hist)
-
-    def _settle_small(
-        self, row: int, small: list[tuple[int, torch.Tensor]], moments: torch.Tensor, counts: list[int]
-    ) -> None:
-        parts = tuple((index, tensor.numel()) for index, tensor in small)
-        values = torch._C._nn.flatten_dense_tensors([tensor for _, tensor in small])  # float64 copies
-        layout = self._layouts.get(parts)
-        if layout is None:
-            if len(self._layouts) >= 32:
-                self._layouts.clear()
-            layout = self._layouts[parts] = RecordLayout(parts, len(self.paths), self.hist_bins, values.device)
-        table = small_moments(values, layout, self.near_zero)
-        if any(counts[j] for j in layout.modules):  # described in part already (settled mid-batch): merge
-            for g, j in enumerate(layout.modules):
-                _merge_into(moments[row, j], table[g].float(), counts[j], layout.sizes[g])
-        else:
-            moments[row].view(-1).index_copy_(0, layout.targets, table.view(-1).float())
-        for j, size in zip(layout.modules, layout.sizes, strict=True):
-            counts[j] += size
-        if self.with_hist and self._hists is not None:
-            self._hists[row].view(-1).add_(small_hist(values, layout, self._hist_positions(layout, values)))
-
-    def _hist_positions(self, layout: RecordLayout, values: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        if layout.hist is None:
-            scale, shift = self._tables(values.device)
-            missing = [g for g, j in enumerate(layout.modules) if self._scales[j] is None]
-            if missing:  # the range comes from this first record: all missing modules at once
-                largest = torch.full((len(layout.modules),), math.nan, dtype=torch.float64, device=values.device)
-                largest.scatter_reduce_(0, layout.seg, values.abs(), "amax", include_self=False)
-                rows = torch.tensor(missing, device=values.device)
-                targets = layout.group_of.index_select(0, rows)
-                if self.hist_range is None:
-                    new_scale, new_shift = scale_from_bound(largest.index_select(0, rows), self.hist_bins)
-                else:
-                    new_scale, new_shift = hist_scale(values, self.hist_bins, self.hist_range)
-                scale.index_copy_(0, targets, new_scale.expand(len(missing)))
-                shift.index_copy_(0, targets, new_shift.expand(len(missing)))
-                for g in missing:
-                    j = layout.modules[g]
-                    self._scales[j] = (scale[j], shift[j])
-            layout.hist = layout.hist_positions(scale, shift)
-        return layout.hist
-
-    def _buffer(self, row: int, device: torch.device) -> torch.Tensor:
-        moments = self._moments
-        if moments is not None and row < moments.shape[0]:
-            return moments
-        rows = min(self.capacity, max(64, 2 * (row + 1)))
-        self._moments = _grow(moments, (rows, len(self.paths), 3), device)
-        if self.with_hist:
-            self._hists = _grow(self._hists, (rows, len(self.paths), self.hist_bins), device)
-        return self._moments
-
     @property
     def stats(self) -> list[list[dict[str, Any]]]:
         """Per observed batch, per observed module (model order): `{'mean', 'std', 'near_zero'(, 'hist')}`."""
@@ -453,25 +331,3 @@ def _first_float(output: Any) -> torch.Tensor | None:
         if tensor.is_floating_point():
             return tensor
     return None
-
-
-def _merge_moments(target: torch.Tensor, new: torch.Tensor, count: int, n: int) -> None:
-    """Merge (mean, population variance, near-zero count) of `n` new values into `target` of `count` (Chan)."""
-    total = count + n
-    delta = new[0] - target[0]
-    variance = (target[1] * count + new[1] * n + delta * delta * (count * n / total)) / total
-    target.copy_(torch.stack((target[0] + delta * (n / total), variance, target[2] + new[2])))
-
-
-def _merge_into(target: torch.Tensor, new: torch.Tensor, count: int, n: int) -> None:
-    if count == 0:
-        target.copy_(new)
-    else:
-        _merge_moments(target, new, count, n)
-
-
-def _grow(old: torch.Tensor | None, shape: tuple[int, int, int], device: torch.device) -> torch.Tensor:
-    new = torch.zeros(shape, device=device if old is None else old.device)
-    if old is not None:
-        new[: old.shape[0]] = old
-    return new

@@ -4,18 +4,23 @@ A module output of `BATCH_BELOW` values or more is described when its hook sees 
 scratch buffer: sum, centred dot product, one compare); smaller outputs are copied and described together at
 the end of the record (`RecordLayout`, `small_moments`): on small models the cost is the number of torch calls,
 so every small output of a record shares one fixed set of calls. Histograms are one `bincount` of truncated bin
-positions (3-6x faster than `histc` on the CPU), for all small outputs of a record at once. `hookscope.watch`
-takes more statistics the same way (`hookscope/watch/_kernels.py`, `_batch.py`); this module stays apart so
-that `callbacks` does not import `watch`, which builds on it.
+positions (3-6x faster than `histc` on the CPU), for all small outputs of a record at once. `RecordWriter`
+is the part of `ActivationStats` that keeps a record's pending outputs and writes them into the record's row.
+`hookscope.watch` takes more statistics the same way (`hookscope/watch/_kernels.py`, `_batch.py`); this module
+stays apart so that `callbacks` does not import `watch`, which builds on it.
 """
 
 from __future__ import annotations
+
+import math
+from typing import Any
 
 import torch
 
 __all__ = [
     "BATCH_BELOW",
     "RecordLayout",
+    "RecordWriter",
     "hist_counts",
     "hist_scale",
     "large_moments",
@@ -138,3 +143,162 @@ def _to(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     if device.type == "cuda":
         return tensor.pin_memory().to(device, non_blocking=True)
     return tensor.to(device)
+
+
+class RecordWriter:
+    """The recording half of `ActivationStats`: pending outputs of the open record, written into its row when the
+    record is settled (large outputs described at once, small ones together), histogram ranges on the device."""
+
+    near_zero: float
+    with_hist: bool
+    hist_bins: int
+    hist_range: tuple[float, float] | None
+    capacity: int
+    paths: list[str]
+    _row: int
+    _pending_row: int
+    _counts: list[list[int]]
+    _moments: torch.Tensor | None
+    _hists: torch.Tensor | None
+    _scales: list[tuple[torch.Tensor, torch.Tensor] | None]
+    _scale_table: tuple[torch.Tensor, torch.Tensor] | None
+    _cache: Any
+    _small: list[tuple[int, torch.Tensor]]
+    _large: list[tuple[int, int, torch.Tensor, torch.Tensor | None]]
+    _traced: list[tuple[int, torch.Tensor]]
+    _layouts: dict[tuple[tuple[int, int], ...], RecordLayout]
+    _scratch: dict[torch.device, torch.Tensor]
+
+    def _describe_large(self, index: int, flat: torch.Tensor) -> None:
+        scratch = scratch_like(self._scratch, flat)
+        moments = large_moments(flat, self.near_zero, scratch)
+        hist = None
+        if self.with_hist:
+            scale, shift = self._scale_of(index, flat)
+            hist = hist_counts(flat, scale, shift, self.hist_bins, scratch)
+        self._large.append((index, flat.numel(), moments, hist))
+
+    def _scale_of(self, index: int, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        scale, shift = self._tables(flat.device)
+        if self._scales[index] is None:
+            new_scale, new_shift = hist_scale(flat, self.hist_bins, self.hist_range)
+            scale[index], shift[index] = new_scale, new_shift
+            self._scales[index] = (scale[index], shift[index])
+        return scale[index], shift[index]
+
+    def _tables(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """The histogram `(scale, shift)` of every module as (modules,) float64 device tensors."""
+        tables = self._scale_table
+        if tables is None or tables[0].device != device:
+            modules = len(self.paths)
+            scale = torch.ones(modules, dtype=torch.float64, device=device)
+            shift = torch.zeros(modules, dtype=torch.float64, device=device)
+            for j, value in enumerate(self._scales):
+                if value is not None:
+                    scale[j], shift[j] = value[0].to(device), value[1].to(device)
+                    self._scales[j] = (scale[j], shift[j])
+            tables = self._scale_table = (scale, shift)
+            self._layouts.clear()
+        return tables
+
+    def _settle(self) -> None:
+        """Write the pending outputs of the record into its row (small ones with a fixed number of calls)."""
+        if self._traced and self._row >= 0:
+            self._pending_row = self._row
+        for index, tensor in self._traced:
+            if tensor.numel() < BATCH_BELOW:
+                self._small.append((index, tensor))
+            else:
+                self._describe_large(index, tensor.reshape(-1))
+        self._traced = []
+        if not (self._small or self._large) or self._pending_row < 0:
+            return
+        small, large, row = self._small, self._large, self._pending_row
+        self._small, self._large, self._cache = [], [], None
+        device = small[0][1].device if small else large[0][2].device
+        moments, counts = self._buffer(row, device), self._counts[row]
+        if small:
+            self._settle_small(row, small, moments, counts)
+        for index, n, values, hist in large:
+            target = moments[row, index]
+            if counts[index] == 0:
+                target.copy_(values)
+            else:
+                _merge_moments(target, values, counts[index], n)
+            counts[index] += n
+            if hist is not None and self._hists is not None:
+                self._hists[row, index].add_(hist)
+
+    def _settle_small(
+        self, row: int, small: list[tuple[int, torch.Tensor]], moments: torch.Tensor, counts: list[int]
+    ) -> None:
+        parts = tuple((index, tensor.numel()) for index, tensor in small)
+        values = torch._C._nn.flatten_dense_tensors([tensor for _, tensor in small])  # float64 copies
+        layout = self._layouts.get(parts)
+        if layout is None:
+            if len(self._layouts) >= 32:
+                self._layouts.clear()
+            layout = self._layouts[parts] = RecordLayout(parts, len(self.paths), self.hist_bins, values.device)
+        table = small_moments(values, layout, self.near_zero)
+        if any(counts[j] for j in layout.modules):  # described in part already (settled mid-batch): merge
+            for g, j in enumerate(layout.modules):
+                _merge_into(moments[row, j], table[g].float(), counts[j], layout.sizes[g])
+        else:
+            moments[row].view(-1).index_copy_(0, layout.targets, table.view(-1).float())
+        for j, size in zip(layout.modules, layout.sizes, strict=True):
+            counts[j] += size
+        if self.with_hist and self._hists is not None:
+            self._hists[row].view(-1).add_(small_hist(values, layout, self._hist_positions(layout, values)))
+
+    def _hist_positions(self, layout: RecordLayout, values: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if layout.hist is None:
+            scale, shift = self._tables(values.device)
+            missing = [g for g, j in enumerate(layout.modules) if self._scales[j] is None]
+            if missing:  # the range comes from this first record: all missing modules at once
+                largest = torch.full((len(layout.modules),), math.nan, dtype=torch.float64, device=values.device)
+                largest.scatter_reduce_(0, layout.seg, values.abs(), "amax", include_self=False)
+                rows = torch.tensor(missing, device=values.device)
+                targets = layout.group_of.index_select(0, rows)
+                if self.hist_range is None:
+                    new_scale, new_shift = scale_from_bound(largest.index_select(0, rows), self.hist_bins)
+                else:
+                    new_scale, new_shift = hist_scale(values, self.hist_bins, self.hist_range)
+                scale.index_copy_(0, targets, new_scale.expand(len(missing)))
+                shift.index_copy_(0, targets, new_shift.expand(len(missing)))
+                for g in missing:
+                    j = layout.modules[g]
+                    self._scales[j] = (scale[j], shift[j])
+            layout.hist = layout.hist_positions(scale, shift)
+        return layout.hist
+
+    def _buffer(self, row: int, device: torch.device) -> torch.Tensor:
+        moments = self._moments
+        if moments is not None and row < moments.shape[0]:
+            return moments
+        rows = min(self.capacity, max(64, 2 * (row + 1)))
+        self._moments = _grow(moments, (rows, len(self.paths), 3), device)
+        if self.with_hist:
+            self._hists = _grow(self._hists, (rows, len(self.paths), self.hist_bins), device)
+        return self._moments
+
+
+def _merge_moments(target: torch.Tensor, new: torch.Tensor, count: int, n: int) -> None:
+    """Merge (mean, population variance, near-zero count) of `n` new values into `target` of `count` (Chan)."""
+    total = count + n
+    delta = new[0] - target[0]
+    variance = (target[1] * count + new[1] * n + delta * delta * (count * n / total)) / total
+    target.copy_(torch.stack((target[0] + delta * (n / total), variance, target[2] + new[2])))
+
+
+def _merge_into(target: torch.Tensor, new: torch.Tensor, count: int, n: int) -> None:
+    if count == 0:
+        target.copy_(new)
+    else:
+        _merge_moments(target, new, count, n)
+
+
+def _grow(old: torch.Tensor | None, shape: tuple[int, int, int], device: torch.device) -> torch.Tensor:
+    new = torch.zeros(shape, device=device if old is None else old.device)
+    if old is not None:
+        new[: old.shape[0]] = old
+    return new

@@ -23,8 +23,7 @@ import torch
 import torch.nn as nn
 
 from ..hooks import HookHandle, register_module_hook, tensor_leaves
-from ._batch import to_device
-from ._buffers import ACTIVATION, OUTPUT_GRAD, PARAM_GRAD, StepBuffers
+from ._buffers import ACTIVATION, OUTPUT_GRAD, StepBuffers
 from ._kernels import (
     BATCH_BELOW,
     Scratch,
@@ -34,12 +33,12 @@ from ._kernels import (
     hist_counts,
     hist_scale,
     saturation_bounds,
-    sum_of_squares,
     unit_activity,
     unit_dims,
 )
 from ._options import WatchOptions
-from ._step import StepLog, StepWriter
+from ._params import ParamRecorder
+from ._step import StepLog
 
 __all__ = ["Recorder"]
 
@@ -47,7 +46,7 @@ ModuleHook = Callable[[nn.Module, Any, Any], None]
 GradHook = Callable[[Any], None]
 
 
-class Recorder(StepWriter):
+class Recorder(ParamRecorder):
     """Hooks on the selected modules and the device-side state they fill."""
 
     def __init__(
@@ -57,16 +56,14 @@ class Recorder(StepWriter):
         options: WatchOptions,
     ) -> None:
         count = len(modules)
-        super().__init__(options, StepBuffers(options.buffer_steps, count, len(params), options.hist_bins))
+        buffers = StepBuffers(options.buffer_steps, count, len(params), options.hist_bins)
+        super().__init__(options, buffers, [p for _, p in params])
         self.paths = [path for path, _ in modules]
         self.kinds = [type(m).__name__ for _, m in modules]
         self.module_refs = [weakref.ref(m) for _, m in modules]
         self.param_names = [name for name, _ in params]
-        self.params: list[nn.Parameter] = [p for _, p in params]
-        self._sharded = any(_is_dtensor(p) for p in self.params)
         self.bounds = [saturation_bounds(m) for _, m in modules]
         self.row = -1  # the id of the row the hooks write into now; -1 when this moment is not recorded
-        self.open_row = -1  # the row id of the open step, also between its batches
         self.checking = False  # the open step is an unrecorded training step whose non-finite values are checked
         self.active = False  # inside a training batch
         self.recording = False  # row >= 0: the flag traced hooks read (a bool, so compiled code is reused)
@@ -83,10 +80,6 @@ class Recorder(StepWriter):
         self.checks: list[tuple[int, int, tuple[torch.Tensor, torch.Tensor]]] = []
         self.traced: list[tuple[int, int, torch.Tensor]] = []  # (kind, module, tensor) appended by traced hooks
         self.stage: torch.Tensor | None = None  # (modules, 3 + 1) gradient sums and check hits of traced backwards
-        self._copies: list[torch.Tensor] | None = None  # the large weights before an optimizer step
-        self._flat_before: torch.Tensor | None = None  # the small ones, concatenated
-        self._param_seg: tuple[tuple[int, ...], torch.Tensor] | None = None
-        self._snapshot_row = -1
         self._handles: list[HookHandle] = []
         groups = options.groups
         self._stats, self._hist = "activations" in groups, "histograms" in groups
@@ -102,8 +95,7 @@ class Recorder(StepWriter):
     def rebind(self, modules: list[tuple[str, nn.Module]], params: list[tuple[str, nn.Parameter]]) -> None:
         """Point at the modules and parameters of a new fit of the same model (same paths and names)."""
         self.module_refs = [weakref.ref(m) for _, m in modules]
-        self.params = [p for _, p in params]
-        self._sharded = any(_is_dtensor(p) for p in self.params)
+        self.bind_params([p for _, p in params])
         self.bounds = [saturation_bounds(m) for _, m in modules]
         self.forget_layouts()
 
@@ -122,9 +114,7 @@ class Recorder(StepWriter):
         """Remove the hooks and let go of the parameters and buffers; calling it again does nothing."""
         while self._handles:
             self._handles.pop().remove()
-        self.params = []
-        self._sharded = False
-        self._copies, self._flat_before, self._param_seg, self._snapshot_row = None, None, None, -1
+        self.bind_params([])
         self.scratch.clear()
         self.forget_layouts()
 
@@ -280,94 +270,6 @@ class Recorder(StepWriter):
         return hook
 
     # ---- parameters and optimizer steps --------------------------------------------------------------------
-    def record_param_grads(self) -> None:
-        """Keep the norm and non-finite count of every watched parameter's `.grad` for the open step."""
-        log = self.log
-        if self.open_row < 0 or log is None or not self.params or "param_grads" not in self.options.groups:
-            return
-        present = [
-            (i, _local(p.grad))
-            for i, p in enumerate(self.params)
-            if p.grad is not None and p.grad.layout == torch.strided
-        ]
-        if not present:
-            return
-        small = [(i, g) for i, g in present if g.numel() < BATCH_BELOW]
-        with torch.no_grad():
-            flat = _flatten([g for _, g in small]) if small else None
-        parts = tuple((PARAM_GRAD, i, tuple(g.shape)) for i, g in small)
-        large = [(i, grad_vector(g.detach())) for i, g in present if g.numel() >= BATCH_BELOW]
-        seen = {i for i, _ in present}
-        log.params = (flat, parts, large, [i for i in range(len(self.params)) if i not in seen])
-        self.buffers.param_seen[self.open_row % self.buffers.rows] = True
-
-    def snapshot(self) -> None:
-        """Copy the watched parameters before an optimizer step of a recorded step: small ones into one flat
-        tensor (one call), large ones into reused buffers."""
-        if self.open_row < 0 or not self.params or "update_ratios" not in self.options.groups:
-            return
-        small, large = self._param_split()
-        current = self._values()
-        with torch.no_grad():
-            self._flat_before = _flatten([current[i] for i in small]) if small else None
-            copies = self._copies
-            if copies is None or any(c.shape != current[i].shape for c, i in zip(copies, large, strict=True)):
-                copies = self._copies = [torch.empty_like(current[i]) for i in large]
-            if large:
-                torch._foreach_copy_(copies, [current[i] for i in large])
-        self._snapshot_row = self.open_row
-
-    def record_ratios(self) -> None:
-        """Write ||W_after - W_before|| / ||W_after|| of each watched parameter into the snapshot's row."""
-        row_id, copies = self._snapshot_row, self._copies
-        if row_id < 0 or copies is None:
-            return
-        self._snapshot_row = -1
-        if not self.buffers.is_live(row_id) or not self.params:
-            self.drop("late_update")
-            return
-        small, large = self._param_split()
-        current = self._values()
-        ratios: list[torch.Tensor] = []
-        with torch.no_grad():
-            if small and self._flat_before is not None:
-                after = _flatten([current[i] for i in small])
-                moved = self._flat_before.sub_(after)
-                squares = self._param_squares(torch.stack((moved, after)), small)
-                ratios.append(squares[0].div_(squares[1]).sqrt_())
-            if large:
-                torch._foreach_sub_(copies, [current[i] for i in large])
-                squares = sum_of_squares(copies + [current[i].detach() for i in large]).view(2, -1)
-                ratios.append(squares[0].div_(squares[1]).sqrt_())
-        self._flat_before = None
-        values = torch.cat(ratios) if len(ratios) > 1 else ratios[0]
-        row = self.buffers.row(row_id, values.device)
-        at = self.buffers.layout.ratio_at
-        row.index_copy_(0, self.positions([at + i for i in small + large], row.device), _as(values, row.dtype))
-        self.buffers.ratio_seen[row_id % self.buffers.rows] = True
-
-    def _param_split(self) -> tuple[list[int], list[int]]:
-        """Indices of the small watched parameters (batched) and of the large ones."""
-        values = self._values()
-        small = [i for i, p in enumerate(values) if p.numel() < BATCH_BELOW]
-        return small, [i for i, p in enumerate(values) if p.numel() >= BATCH_BELOW]
-
-    def _values(self) -> list[torch.Tensor]:
-        """The watched parameters' values as plain tensors: this rank's shard of a DTensor (FSDP2)."""
-        return [_local(p) for p in self.params] if self._sharded else list(self.params)
-
-    def _param_squares(self, rows: torch.Tensor, small: list[int]) -> torch.Tensor:
-        """(rows, len(small)) float64 sums of squares of each small parameter's values in `rows` (concatenated)."""
-        key = tuple(_local(self.params[i]).numel() for i in small)
-        seg = self._param_seg
-        if seg is None or seg[0] != key or seg[1].device != rows.device:
-            ids = torch.repeat_interleave(torch.arange(len(key)), torch.tensor(key))
-            seg = self._param_seg = (key, to_device(ids, rows.device))
-        squares = rows.to(torch.float64).square_()
-        return torch.zeros(rows.shape[0], len(key), dtype=torch.float64, device=rows.device).index_add_(
-            1, seg[1], squares
-        )
-
     def log_loss(self, loss: torch.Tensor | float) -> None:
         """Add `loss` to the open row's loss (averaged over the calls of the step); count it dropped otherwise."""
         row_id = self.open_row
@@ -473,16 +375,6 @@ def _hook_grad(tensor: torch.Tensor, hook: GradHook) -> None:
     node.register_prehook(prehook)
 
 
-def _flatten(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """All values of `tensors` (gradients, or parameters under `no_grad`) in one new flat float32 tensor."""
-    return _as(torch._C._nn.flatten_dense_tensors(tensors), torch.float32)
-
-
-def _as(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """`tensor` in `dtype`, without a call when it already is."""
-    return tensor if tensor.dtype == dtype else tensor.to(dtype)
-
-
 def _device_of(module: nn.Module) -> torch.device:
     for parameter in module.parameters():
         return parameter.device
@@ -492,13 +384,3 @@ def _device_of(module: nn.Module) -> torch.device:
 
 
 _TAGS = ("watch",)
-
-
-def _is_dtensor(tensor: torch.Tensor) -> bool:
-    return type(tensor).__name__ == "DTensor" or type(getattr(tensor, "data", None)).__name__ == "DTensor"
-
-
-def _local(tensor: torch.Tensor) -> torch.Tensor:
-    """This rank's shard of a DTensor (FSDP2 parameters and gradients); any other tensor as it is."""
-    to_local = getattr(tensor, "to_local", None)
-    return to_local() if callable(to_local) and _is_dtensor(tensor) else tensor
