@@ -120,6 +120,7 @@ def _header(results: WatchResults) -> dict[str, Any]:
         "unobserved": dict(results.unobserved),
         "execution_order": list(results.execution_order),
         "dropped": dict(results.dropped),
+        "skipped_steps": list(results.skipped_steps),
         "meta": dict(results.meta),
     }
 
@@ -427,6 +428,7 @@ def _merge_rest(merged: WatchResults, headers: list[dict[str, Any]]) -> None:
             if path not in observed:
                 merged.unobserved.setdefault(path, reason)
     merged.execution_order = _union([h["execution_order"] for h in headers])
+    merged.skipped_steps = sorted({step for h in headers for step in h.get("skipped_steps", ())})
     for header in headers:
         for reason, count in header["dropped"].items():
             merged.dropped[reason] = merged.dropped.get(reason, 0) + count

@@ -224,7 +224,7 @@ class Recorder(ParamRecorder):
             if grad is None:
                 return
             if log.settled:
-                self.late_gradient(log.row, index, grad)
+                self.late_gradient(log, index, grad)
                 return
             self._rank(1, index)
             if grad.numel() < BATCH_BELOW:

@@ -54,6 +54,8 @@ class WatchResults:
         unobserved: module path -> why it was never observed (with advice).
         execution_order: module paths in the order their forward first completed (children before parents).
         dropped: reason -> number of observations not kept (`"sampling"`, `"capacity"`, `"eval"` ...).
+        skipped_steps: the steps a `GradScaler` skipped (non-finite gradients: the optimizer did not step),
+            recorded or not; only known when `watch(..., scaler=)` was given.
         meta: free-form run metadata (options, torch version, model class ...), JSON-able.
     """
 
@@ -74,6 +76,7 @@ class WatchResults:
     unobserved: dict[str, str] = field(default_factory=dict)
     execution_order: list[str] = field(default_factory=list)
     dropped: dict[str, int] = field(default_factory=dict)
+    skipped_steps: list[int] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -117,6 +120,9 @@ class WatchResults:
             if hit:
                 lines.append(f"first non-finite ({direction}): {hit['path']!r} at step {hit['step']}")
         lines += [f"unobserved: {path!r}: {reason}" for path, reason in self.unobserved.items()]
+        if self.skipped_steps:
+            shown = ", ".join(map(str, self.skipped_steps[:10])) + (" ..." if len(self.skipped_steps) > 10 else "")
+            lines.append(f"skipped by the loss scaler ({len(self.skipped_steps)}): steps {shown}")
         if self.dropped:
             lines.append(
                 "not kept: " + ", ".join(f"{reason} {count}" for reason, count in sorted(self.dropped.items()))
@@ -165,6 +171,7 @@ class WatchResults:
             "execution_order": self.execution_order,
             "tensor_order": list(tensors),  # safetensors sorts its keys: keep the layers' model order
             "dropped": self.dropped,
+            "skipped_steps": self.skipped_steps,
             "meta": self.meta,
         }
         return save_bundle(path, tensors, document, _KIND)

@@ -17,6 +17,7 @@ __all__ = ["load_watch_state", "watch_state"]
 
 _VERSION = 1
 _COUNTERS = ("_batches", "_optimizer_steps", "_step", "_recorded", "_warned_unobserved")
+_OPTIONAL = {"_skipped": list}  # added after version 1 was written: absent from older states
 _RECORDER = ("dropped", "observed", "forward_order", "backward_order", "unit_values")
 
 
@@ -33,6 +34,7 @@ def watch_state(watch: Watch) -> dict[str, Any]:
     watch._flush()
     table = watch._store.table()
     state: dict[str, Any] = {"version": _VERSION, **{name.lstrip("_"): getattr(watch, name) for name in _COUNTERS}}
+    state.update({name.lstrip("_"): list(getattr(watch, name)) for name in _OPTIONAL})
     state.update(first=watch._first, stride=watch._store.stride, capacity_dropped=watch._store.dropped)
     state["table"] = None if table is None else {f.name: getattr(table, f.name) for f in fields(Chunk)}
     state["recorder"] = None if recorder is None else _recorder_state(recorder)
@@ -62,6 +64,8 @@ def load_watch_state(watch: Watch, state: dict[str, Any]) -> None:
         raise ValueError(f"state must be a Watch.state_dict() of version {_VERSION}, got {str(state)[:200]!r}")
     for name in _COUNTERS:
         setattr(watch, name, state[name.lstrip("_")])
+    for name, make in _OPTIONAL.items():
+        setattr(watch, name, make(state.get(name.lstrip("_"), ())))
     watch._first = dict(state["first"])
     table = None if state["table"] is None else Chunk(**state["table"])
     watch._store.restore(table, int(state["stride"]), int(state["capacity_dropped"]))

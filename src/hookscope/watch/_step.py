@@ -42,6 +42,7 @@ class StepLog:
     params: ParamGrads | None = None
     settled: bool = False
     traced: bool = False  # compiled forwards ran: their output gradients are in the stage tensor
+    grad_factor: torch.Tensor | None = None  # 1 / loss scale**2 of the step's backward (GradScaler), on the device
 
 
 ParamGrads = tuple[torch.Tensor | None, tuple[Part, ...], list[tuple[int, torch.Tensor]], list[int]]
@@ -177,13 +178,16 @@ class StepWriter:
         return tensor
 
     # ---- writing a step --------------------------------------------------------------------------------------
-    def late_gradient(self, row: int, index: int, grad: torch.Tensor) -> None:
+    def late_gradient(self, log: StepLog, index: int, grad: torch.Tensor) -> None:
         """Add a gradient that arrived after its step was written, if its row is still on the device."""
-        if not self.buffers.is_live(row):
+        if not self.buffers.is_live(log.row):
             self.drop("late_gradient")
             return
         start = self.buffers.layout.start(OUTPUT_GRAD, index)
-        self.buffers.row(row, grad.device)[start : start + 3].add_(grad_vector(grad.detach()))
+        vector = grad_vector(grad.detach())
+        if log.grad_factor is not None:
+            vector[0] *= log.grad_factor.to(vector.device)
+        self.buffers.row(log.row, grad.device)[start : start + 3].add_(vector)
 
     def write_step(self, log: StepLog) -> None:
         """Write everything `log` holds into its row: a fixed number of torch calls whatever the module count."""
@@ -212,6 +216,9 @@ class StepWriter:
             layout = self.buffers.layout
             row[layout.grad_at : layout.param_at].view(-1, 3).add_(self.stage[:, :3].to(row.device))
             self.stage[:, :3].zero_()
+        if log.grad_factor is not None:  # the output gradients were of the scaled loss (GradScaler)
+            layout = self.buffers.layout
+            row[layout.grad_at : layout.param_at].view(-1, 3)[:, 0].mul_(log.grad_factor.to(row))
 
     def _small_values(self, log: StepLog) -> tuple[list[torch.Tensor], tuple[Part, ...]]:
         """The step's small tensors in kind order, and what they are; kept references are checked here: one

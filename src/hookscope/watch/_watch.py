@@ -19,6 +19,7 @@ from ._extras import collect_extras, watch_meta
 from ._options import GROUPS, WatchOptions
 from ._recorder import Recorder
 from ._results import WatchResults
+from ._scaler import GradScalerSteps, check_scaler
 from ._sinks import Sink
 from ._state import apply_recorder_state, load_watch_state, watch_state
 from ._store import SeriesStore
@@ -64,6 +65,7 @@ class Watch(Callback):
         sinks: Iterable[Sink] = (),
         doctor: bool = False,
         doctor_every: int = 100,
+        scaler: torch.amp.GradScaler | None = None,
     ) -> None:
         self.options = WatchOptions.build(
             every=every, train_only=train_only, groups=groups, capacity=capacity, buffer_steps=buffer_steps,
@@ -76,6 +78,8 @@ class Watch(Callback):
             raise TypeError(f"optimizer must be a torch.optim.Optimizer or None, got {type(optimizer).__name__}")
         self.select = select
         self.sinks = _check_sinks(sinks)
+        self._scaler = None if scaler is None else GradScalerSteps(check_scaler(scaler))
+        self._skipped: list[int] = []  # steps the scaler skipped (non-finite gradients)
         self._model_ref = None if model is None else weakref.ref(model)
         self._optimizer_ref = None if optimizer is None else weakref.ref(optimizer)
         self._recorder: Recorder | None = None
@@ -138,6 +142,11 @@ class Watch(Callback):
         if self._attached:
             raise RuntimeError("watch is already attached to a model; call detach() before attaching it again")
         check_hookable(model, "model")
+        if self._scaler is not None and optimizer is None:
+            raise ValueError(
+                "scaler needs the optimizer (a skipped step is an optimizer step that did not happen): pass "
+                "watch(model, optimizer, scaler=scaler)"
+            )
         modules = select_modules(model, default_selector if self.select is None else self.select)
         params = [
             (normalize_path(f"{path}.{name}" if path else name), p)
@@ -156,6 +165,8 @@ class Watch(Callback):
         self._optimizer_ref = None if optimizer is None else weakref.ref(optimizer)
         self._meta = watch_meta(model, optimizer, self.options, self.select)
         self._meta["grad_reduction"] = grad_reduction(model, optimizer)  # DDP / FSDP2 / local (distributed)
+        if self._scaler is not None:
+            self._meta["grad_scaler"] = "unscaled" if self._scaler.readable else "scaled (GradScaler unreadable)"
         self._recorder = recorder
         apply_recorder_state(self)
         recorder.register()
@@ -167,6 +178,7 @@ class Watch(Callback):
         if recorder is None or not self._attached:
             return
         self._batches += 1
+        self._poll_scaler()
         step = self._optimizer_steps if self._optimizer_ref is not None else self._batches - 1
         if step != self._step or (recorder.open_row < 0 and not recorder.checking):
             self._begin_step(step)
@@ -178,9 +190,15 @@ class Watch(Callback):
             self._recorder.leave_batch()
 
     def after_backward(self) -> None:
-        """Without an optimizer, take the parameter gradient statistics now."""
-        if self._recorder is not None and self._optimizer_ref is None:
-            self._recorder.record_param_grads()
+        """Keep the loss scale of this backward (with `scaler`); without an optimizer, take the parameter
+        gradient statistics now."""
+        recorder = self._recorder
+        if recorder is None:
+            return
+        if self._scaler is not None and recorder.log is not None:
+            recorder.log.grad_factor = self._scaler.factor()
+        if self._optimizer_ref is None:
+            recorder.record_param_grads()
 
     def before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Take the parameter gradient statistics and copy the weights (for update ratios)."""
@@ -193,6 +211,8 @@ class Watch(Callback):
         if self._recorder is not None and self._is_ours(optimizer):
             self._recorder.record_ratios()
             self._optimizer_steps += 1
+            if self._scaler is not None:
+                self._scaler.stepped = True
 
     def on_fit_end(self, error: BaseException | None = None) -> None:
         """Close the open step, flush, warn about unobserved modules, remove the hooks, close the sinks."""
@@ -202,6 +222,7 @@ class Watch(Callback):
         try:
             if error is not None:
                 self._warned_unobserved = True  # a step cut short proves nothing about unobserved modules
+            self._poll_scaler()
             self._end_step()
             self._flush()
             self._warn_unobserved()
@@ -218,6 +239,17 @@ class Watch(Callback):
 
     def _is_ours(self, optimizer: torch.optim.Optimizer) -> bool:
         return self._optimizer_ref is None or self._optimizer_ref() is optimizer
+
+    def _poll_scaler(self) -> None:
+        """After `scaler.update()`: if the open step had no optimizer step, the scaler skipped it; it is a step
+        of its own (recorded with its forward and output gradients, no parameter gradients or update ratios)."""
+        tracker = self._scaler
+        if tracker is None or not tracker.updated():
+            return
+        if not tracker.stepped and self._step >= 0 and self._step == self._optimizer_steps:
+            self._skipped.append(self._step)
+            self._optimizer_steps += 1
+        tracker.stepped = False
 
     # ---- steps -----------------------------------------------------------------------------------------------
     def _begin_step(self, step: int) -> None:
@@ -290,6 +322,7 @@ class Watch(Callback):
         results.first_nonfinite = merge_first(self._first, flagged)
         results.dropped = {**recorder.dropped, **({"capacity": self._store.dropped} if self._store.dropped else {})}
         results.meta = {**self._meta, "recorded_steps": self._recorded, "stride": self._store.stride}
+        results.skipped_steps = list(self._skipped)
         return results
 
     def to_dataframe(self) -> Any:
@@ -356,6 +389,7 @@ def watch(
     sinks: Iterable[Sink] = (),
     doctor: bool = False,
     doctor_every: int = 100,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> Watch:
     """Monitor `model` while it trains: use as `with watch(model, opt) as w: <train>`, then `w.results()`.
 
@@ -398,6 +432,11 @@ def watch(
         sinks: Where to send each flushed block of steps (`CSVSink`, `JSONLSink`, `TensorBoardSink`).
         doctor: Run `hookscope.doctor` every `doctor_every` recorded steps and warn once per finding.
         doctor_every: See `doctor`.
+        scaler: The `torch.amp.GradScaler` of a mixed-precision loop (needs `optimizer`): output-gradient norms
+            are divided by the loss scale of their backward (read on the device, no sync), and a step the scaler
+            skips (non-finite gradients) is a step of its own, listed in `results().skipped_steps`, with no
+            parameter gradients or update ratios. Without it, such a step's forward merges into the next step.
+            Parameter-gradient norms are unscaled either way (`scaler.step` unscales before the optimizer).
 
     Returns:
         The `Watch` (not attached yet: `with` or `attach()` attaches it).
@@ -422,7 +461,7 @@ def watch(
     return Watch(
         model, optimizer, select=select, every=every, train_only=train_only, groups=groups, capacity=capacity,
         buffer_steps=buffer_steps, hist_bins=hist_bins, hist_range=hist_range, near_zero=near_zero,
-        check_nonfinite=check_nonfinite, sinks=sinks, doctor=doctor, doctor_every=doctor_every,
+        check_nonfinite=check_nonfinite, sinks=sinks, doctor=doctor, doctor_every=doctor_every, scaler=scaler,
     )  # fmt: skip
 
 
