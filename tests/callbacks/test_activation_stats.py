@@ -107,6 +107,41 @@ def test_a_module_called_twice_is_described_by_all_its_outputs() -> None:
         assert entry["near_zero"] == pytest.approx(float((x <= 0.05).float().mean()))
 
 
+def test_small_outputs_described_many_records_at_once_match_the_oracle_record_by_record() -> None:
+    """Past FLUSH_RECORDS records, with batch sizes that change (new layouts), statistics read mid-run (an early
+    flush), and a module whose outputs are small in one call and large in another within the same record."""
+
+    class SmallAndLarge(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.shared = nn.Linear(3, 64)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            big = self.shared(torch.randn(600, 3)) if x.shape[0] == 7 else None  # 38400 values: large
+            out = self.shared(x)
+            return out if big is None else out + big.mean()
+
+    torch.manual_seed(0)
+    model, capture = SmallAndLarge(), Capture()
+    stats = ActivationStats(with_hist=True, hist_range=(-2.0, 2.0), hist_bins=16)
+    sizes = [5 + (k % 3) for k in range(150)]  # 5, 6, 7 (7: also a large output)
+    with LoopDriver([capture, stats], model):
+        for k, size in enumerate(sizes):
+            model(torch.randn(size, 3))
+            if k == 70:
+                assert len(stats.stats) == 71  # a read describes what is pending
+    assert len(stats.stats) == 150
+    for k in range(150):
+        x = torch.cat(capture.batches[k][0])
+        entry = stats.stats[k][0]
+        assert entry["mean"] == pytest.approx(float(x.mean()), rel=1e-4, abs=1e-6), k
+        assert entry["std"] == pytest.approx(float(x.std()), rel=1e-4), k
+        assert entry["near_zero"] == pytest.approx(float((x <= 0.05).float().mean()), abs=1e-7), k
+        expected, on_edge = oracle_hist(x, -2.0, 2.0, 16)
+        assert float((entry["hist"] - expected).abs().sum()) <= 2 * on_edge, k
+        assert float(entry["hist"].sum()) == x.numel(), k
+
+
 @pytest.mark.parametrize("n", [11, 12, 13])
 @pytest.mark.parametrize("every", [None, 1, 4])
 def test_number_of_records_follows_every(n: int, every: int | None) -> None:

@@ -34,9 +34,10 @@ class ActivationStats(RecordWriter, HookCallback):
     `capacity` records are kept (later ones are counted in `dropped`), and histograms keep negatives: with
     `hist_range=None` the range is fixed, symmetric, from the first record of each module, and values outside it
     land in the end bins, so each histogram counts every value but NaNs. Outputs of 32768 values or more are
-    described when their hook runs; smaller ones are copied and described together when the batch ends (a fixed
-    number of torch calls per batch, whatever the number of modules). Under `torch.compile` (attach first) the
-    traced hooks only hand their outputs over, and the statistics are the same as in eager mode.
+    described when their hook runs; smaller ones are copied and described together, up to 64 batches at once
+    and whenever the statistics are read (a fixed number of torch calls, whatever the number of modules). Under
+    `torch.compile` (attach first) the traced hooks only hand their outputs over, and the statistics are the same
+    as in eager mode.
 
     Args:
         with_hist: Also record a histogram of each output.
@@ -96,11 +97,11 @@ class ActivationStats(RecordWriter, HookCallback):
         self._scale_table: tuple[torch.Tensor, torch.Tensor] | None = None  # (modules,) float64 each, on device
         self._cache: list[list[dict[str, Any]]] | None = None
         self._warned = False
-        self._pending_row = -1  # the record the pending outputs belong to
-        self._small: list[tuple[int, torch.Tensor]] = []  # (module, float32 copy) of small outputs
-        self._large: list[tuple[int, int, torch.Tensor, torch.Tensor | None]] = []  # (module, n, moments, hist)
+        self._small: list[tuple[int, int, torch.Tensor]] = []  # (record, module, float64 copy) of small outputs
+        self._small_values = 0
+        self._large: list[tuple[int, int, int, torch.Tensor, torch.Tensor | None]] = []  # (record, module, n, ...)
         self._traced: list[tuple[int, torch.Tensor]] = []  # outputs handed over by hooks traced by torch.compile
-        self._layouts: dict[tuple[tuple[int, int], ...], RecordLayout] = {}
+        self._layouts: dict[tuple[tuple[int, int, int], ...], RecordLayout] = {}
         self._scratch: dict[torch.device, torch.Tensor] = {}
 
     def on_fit_start(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> None:
@@ -117,7 +118,7 @@ class ActivationStats(RecordWriter, HookCallback):
         if self._records >= self.capacity:
             self._drop()
             return
-        self._settle()
+        self._close()
         self._row = self._records
         self._recording = True
         self._records += 1
@@ -126,8 +127,8 @@ class ActivationStats(RecordWriter, HookCallback):
         super().on_batch_start(batch)
 
     def on_batch_end(self, batch: int) -> None:
-        """Close the open record: describe its small outputs together."""
-        self._settle()
+        """Close the open record: write its large outputs (small ones wait to be described with later ones)."""
+        self._close()
         self._row, self._recording = -1, False
         super().on_batch_end(batch)
 
@@ -181,11 +182,10 @@ class ActivationStats(RecordWriter, HookCallback):
         x = x.detach()
         if self.cpu:
             x = x.cpu()
-        self._pending_row = row
         if x.numel() < BATCH_BELOW:
-            self._small.append((index, x.to(torch.float64, copy=True)))  # a copy: in-place ops may follow
+            self._keep_small(row, index, x)
         else:
-            self._describe_large(index, x.reshape(-1) if x.dtype == torch.float32 else x.reshape(-1).float())
+            self._describe_large(row, index, x.reshape(-1) if x.dtype == torch.float32 else x.reshape(-1).float())
 
     @property
     def stats(self) -> list[list[dict[str, Any]]]:

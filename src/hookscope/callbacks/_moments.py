@@ -1,11 +1,11 @@
-"""The statistics `ActivationStats` takes, on the device: large outputs at once, small ones batched per record.
+"""The statistics `ActivationStats` takes, on the device: large outputs at once, small ones batched over records.
 
 A module output of `BATCH_BELOW` values or more is described when its hook sees it (a few full passes that reuse a
-scratch buffer: sum, centred dot product, one compare); smaller outputs are copied and described together at
-the end of the record (`RecordLayout`, `small_moments`): on small models the cost is the number of torch calls,
-so every small output of a record shares one fixed set of calls. Histograms are one `bincount` of truncated bin
-positions (3-6x faster than `histc` on the CPU), for all small outputs of a record at once. `RecordWriter`
-is the part of `ActivationStats` that keeps a record's pending outputs and writes them into the record's row.
+scratch buffer: sum, centred dot product, one compare); smaller outputs are copied and described together, up to
+`FLUSH_RECORDS` records at once (`RecordLayout`, `small_moments`): on small models the cost is the number of torch
+calls, so every small output of many records shares one fixed set of calls. Histograms are one `bincount` of
+truncated bin positions (3-6x faster than `histc` on the CPU), for all pending small outputs at once.
+`RecordWriter` is the part of `ActivationStats` that keeps the pending outputs and writes them into their rows.
 `hookscope.watch` takes more statistics the same way (`hookscope/watch/_kernels.py`, `_batch.py`); this module
 stays apart so that `callbacks` does not import `watch`, which builds on it.
 """
@@ -19,6 +19,8 @@ import torch
 
 __all__ = [
     "BATCH_BELOW",
+    "FLUSH_RECORDS",
+    "FLUSH_VALUES",
     "RecordLayout",
     "RecordWriter",
     "hist_counts",
@@ -31,7 +33,11 @@ __all__ = [
 ]
 
 BATCH_BELOW = 1 << 15
-"""Outputs with fewer values are described together at the end of the record; larger ones at once."""
+"""Outputs with fewer values are described together, many records at once; larger ones at once."""
+FLUSH_VALUES = 1 << 18
+"""Pending small values (float64, 2 MiB) that make a record's end describe them."""
+FLUSH_RECORDS = 64
+"""Records of pending small outputs that make a record's end describe them."""
 
 
 def scratch_like(buffers: dict[torch.device, torch.Tensor], like: torch.Tensor) -> torch.Tensor | None:
@@ -92,31 +98,36 @@ def hist_counts(
 
 
 class RecordLayout:
-    """What does not change between records with the same small outputs (`parts`: (module, values) in hook
-    order). Outputs of the same module form one group, merged by the reductions themselves."""
+    """What does not change between flushes with the same pending small outputs (`parts`: (record relative to
+    the first pending one, module, values), in hook order). Outputs of the same module in the same record form
+    one group, merged by the reductions themselves."""
 
-    def __init__(self, parts: tuple[tuple[int, int], ...], modules: int, bins: int, device: torch.device) -> None:
-        ids: dict[int, int] = {}
-        seg = [ids.setdefault(index, len(ids)) for index, _ in parts]
-        self.modules = list(ids)
+    def __init__(self, parts: tuple[tuple[int, int, int], ...], modules: int, bins: int, device: torch.device) -> None:
+        ids: dict[tuple[int, int], int] = {}
+        seg = [ids.setdefault((row, index), len(ids)) for row, index, _ in parts]
+        self.groups = list(ids)  # (relative record, module)
         count = [0] * len(ids)
-        for g, (_, size) in zip(seg, parts, strict=True):
+        for g, (_, _, size) in zip(seg, parts, strict=True):
             count[g] += size
         self.sizes = count
-        sizes = [size for _, size in parts]
+        self.span = max(row for row, _ in self.groups) + 1  # records covered
+        sizes = [size for _, _, size in parts]
         self.seg = _to(torch.repeat_interleave(torch.tensor(seg), torch.tensor(sizes)), device)
         self.count = _to(torch.tensor(count, dtype=torch.float64), device)
-        self.targets = _to(torch.tensor([3 * j + k for j in self.modules for k in range(3)]), device)
-        self.group_of = _to(torch.tensor(self.modules), device)
+        self.targets = _to(torch.tensor([(r * modules + j) * 3 + k for r, j in self.groups for k in range(3)]), device)
+        self.group_of = _to(torch.tensor([j for _, j in self.groups]), device)
+        self.slot_of = _to(
+            torch.tensor([(r * modules + j) * bins for r, j in self.groups], dtype=torch.float64), device
+        )
         self.columns = torch.empty(2, sum(sizes), dtype=torch.float64, device=device)
         self.hist: tuple[torch.Tensor, ...] | None = None  # per value (scale, offset, low, high): hist_positions
-        self.bins, self.total_bins = bins, modules * bins
+        self.bins, self.total_bins = bins, self.span * modules * bins
 
     def hist_positions(self, scale: torch.Tensor, shift: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Per value `(scale, offset, low, high)`: `clamp(v * scale + offset, low, high)` truncates to its slot
-        in the flat (modules * bins) histogram of the record."""
+        in the flat (records * modules * bins) histograms of the flushed records."""
         module_of = self.group_of.index_select(0, self.seg)
-        low = module_of.double() * self.bins
+        low = self.slot_of.index_select(0, self.seg)
         return scale.index_select(0, module_of), low + shift.index_select(0, module_of), low, low + (self.bins - 0.5)
 
 
@@ -146,8 +157,13 @@ def _to(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 class RecordWriter:
-    """The recording half of `ActivationStats`: pending outputs of the open record, written into its row when the
-    record is settled (large outputs described at once, small ones together), histogram ranges on the device."""
+    """The recording half of `ActivationStats`: pending outputs and their records' rows on the device.
+
+    Large outputs are described in their hook and written into their row when the record closes. Small ones
+    are copied and wait, many records at once, until `FLUSH_VALUES` values or `FLUSH_RECORDS` records are
+    pending or the statistics are read (`_settle`): one fixed set of torch calls then describes them all, so a
+    small model pays a few calls per record, not a few per module.
+    """
 
     near_zero: float
     with_hist: bool
@@ -156,27 +172,33 @@ class RecordWriter:
     capacity: int
     paths: list[str]
     _row: int
-    _pending_row: int
     _counts: list[list[int]]
     _moments: torch.Tensor | None
     _hists: torch.Tensor | None
     _scales: list[tuple[torch.Tensor, torch.Tensor] | None]
     _scale_table: tuple[torch.Tensor, torch.Tensor] | None
     _cache: Any
-    _small: list[tuple[int, torch.Tensor]]
-    _large: list[tuple[int, int, torch.Tensor, torch.Tensor | None]]
+    _small: list[tuple[int, int, torch.Tensor]]  # (record, module, float64 copy)
+    _small_values: int
+    _large: list[tuple[int, int, int, torch.Tensor, torch.Tensor | None]]  # (record, module, n, moments, hist)
     _traced: list[tuple[int, torch.Tensor]]
-    _layouts: dict[tuple[tuple[int, int], ...], RecordLayout]
+    _layouts: dict[tuple[tuple[int, int, int], ...], RecordLayout]
     _scratch: dict[torch.device, torch.Tensor]
 
-    def _describe_large(self, index: int, flat: torch.Tensor) -> None:
+    def _keep_small(self, row: int, index: int, x: torch.Tensor) -> None:
+        self._small.append((row, index, x.to(torch.float64, copy=True)))  # a copy: in-place ops may follow
+        self._small_values += x.numel()
+
+    def _describe_large(self, row: int, index: int, flat: torch.Tensor) -> None:
         scratch = scratch_like(self._scratch, flat)
         moments = large_moments(flat, self.near_zero, scratch)
         hist = None
         if self.with_hist:
+            if self._scales[index] is None and any(j == index for _, j, _ in self._small):
+                self._flush_small()  # the range comes from the module's first record
             scale, shift = self._scale_of(index, flat)
             hist = hist_counts(flat, scale, shift, self.hist_bins, scratch)
-        self._large.append((index, flat.numel(), moments, hist))
+        self._large.append((row, index, flat.numel(), moments, hist))
 
     def _scale_of(self, index: int, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         scale, shift = self._tables(flat.device)
@@ -201,72 +223,85 @@ class RecordWriter:
             self._layouts.clear()
         return tables
 
-    def _settle(self) -> None:
-        """Write the pending outputs of the record into its row (small ones with a fixed number of calls)."""
-        if self._traced and self._row >= 0:
-            self._pending_row = self._row
-        for index, tensor in self._traced:
+    def _close(self) -> None:
+        """The open record ends: take what traced hooks handed over, write the large outputs into their rows,
+        and describe the pending small ones if enough are waiting."""
+        row = self._row
+        traced, self._traced = self._traced, []
+        for index, tensor in traced if row >= 0 else ():
             if tensor.numel() < BATCH_BELOW:
-                self._small.append((index, tensor))
+                self._small.append((row, index, tensor))
+                self._small_values += tensor.numel()
             else:
-                self._describe_large(index, tensor.reshape(-1))
-        self._traced = []
-        if not (self._small or self._large) or self._pending_row < 0:
-            return
-        small, large, row = self._small, self._large, self._pending_row
-        self._small, self._large, self._cache = [], [], None
-        device = small[0][1].device if small else large[0][2].device
-        moments, counts = self._buffer(row, device), self._counts[row]
-        if small:
-            self._settle_small(row, small, moments, counts)
-        for index, n, values, hist in large:
-            target = moments[row, index]
-            if counts[index] == 0:
-                target.copy_(values)
-            else:
-                _merge_moments(target, values, counts[index], n)
+                self._describe_large(row, index, tensor.reshape(-1))
+        if self._large:
+            self._write_large()
+        small = self._small
+        if small and (self._small_values >= FLUSH_VALUES or small[-1][0] - small[0][0] >= FLUSH_RECORDS - 1):
+            self._flush_small()
+
+    def _settle(self) -> None:
+        """Write everything pending into the rows (before the statistics are read)."""
+        self._close()
+        self._flush_small()
+
+    def _write_large(self) -> None:
+        large, self._large, self._cache = self._large, [], None
+        moments = self._buffer(max(entry[0] for entry in large), large[0][3].device)
+        for row, index, n, values, hist in large:
+            counts = self._counts[row]
+            _merge_into(moments[row, index], values, counts[index], n)
             counts[index] += n
             if hist is not None and self._hists is not None:
                 self._hists[row, index].add_(hist)
 
-    def _settle_small(
-        self, row: int, small: list[tuple[int, torch.Tensor]], moments: torch.Tensor, counts: list[int]
-    ) -> None:
-        parts = tuple((index, tensor.numel()) for index, tensor in small)
-        values = torch._C._nn.flatten_dense_tensors([tensor for _, tensor in small])  # float64 copies
+    def _flush_small(self) -> None:
+        """Describe every pending small output with one fixed set of calls and write them into their rows."""
+        small = self._small
+        if not small:
+            return
+        self._small, self._small_values, self._cache = [], 0, None
+        base = small[0][0]
+        parts = tuple((row - base, index, tensor.numel()) for row, index, tensor in small)
+        values = torch._C._nn.flatten_dense_tensors([tensor for _, _, tensor in small])  # float64 copies
         layout = self._layouts.get(parts)
         if layout is None:
             if len(self._layouts) >= 32:
                 self._layouts.clear()
             layout = self._layouts[parts] = RecordLayout(parts, len(self.paths), self.hist_bins, values.device)
+        moments = self._buffer(base + layout.span - 1, values.device)
         table = small_moments(values, layout, self.near_zero)
-        if any(counts[j] for j in layout.modules):  # described in part already (settled mid-batch): merge
-            for g, j in enumerate(layout.modules):
-                _merge_into(moments[row, j], table[g].float(), counts[j], layout.sizes[g])
+        counts = self._counts
+        if any(counts[base + r][j] for r, j in layout.groups):  # some described in part already: merge (Chan)
+            for g, (r, j) in enumerate(layout.groups):
+                _merge_into(moments[base + r, j], table[g].float(), counts[base + r][j], layout.sizes[g])
         else:
-            moments[row].view(-1).index_copy_(0, layout.targets, table.view(-1).float())
-        for j, size in zip(layout.modules, layout.sizes, strict=True):
-            counts[j] += size
+            moments[base : base + layout.span].view(-1).index_copy_(0, layout.targets, table.view(-1).float())
+        for (r, j), size in zip(layout.groups, layout.sizes, strict=True):
+            counts[base + r][j] += size
         if self.with_hist and self._hists is not None:
-            self._hists[row].view(-1).add_(small_hist(values, layout, self._hist_positions(layout, values)))
+            hist = small_hist(values, layout, self._hist_positions(layout, values))
+            self._hists[base : base + layout.span].view(-1).add_(hist)
 
     def _hist_positions(self, layout: RecordLayout, values: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if layout.hist is None:
             scale, shift = self._tables(values.device)
-            missing = [g for g, j in enumerate(layout.modules) if self._scales[j] is None]
-            if missing:  # the range comes from this first record: all missing modules at once
-                largest = torch.full((len(layout.modules),), math.nan, dtype=torch.float64, device=values.device)
+            first: dict[int, int] = {}  # module without a range -> its first group (its first record)
+            for g, (_, j) in enumerate(layout.groups):
+                if self._scales[j] is None:
+                    first.setdefault(j, g)
+            if first:  # the ranges come from these first records: all missing modules at once
+                largest = torch.full((len(layout.groups),), math.nan, dtype=torch.float64, device=values.device)
                 largest.scatter_reduce_(0, layout.seg, values.abs(), "amax", include_self=False)
-                rows = torch.tensor(missing, device=values.device)
-                targets = layout.group_of.index_select(0, rows)
+                rows = torch.tensor(list(first.values()), device=values.device)
+                targets = torch.tensor(list(first), device=values.device)
                 if self.hist_range is None:
                     new_scale, new_shift = scale_from_bound(largest.index_select(0, rows), self.hist_bins)
                 else:
                     new_scale, new_shift = hist_scale(values, self.hist_bins, self.hist_range)
-                scale.index_copy_(0, targets, new_scale.expand(len(missing)))
-                shift.index_copy_(0, targets, new_shift.expand(len(missing)))
-                for g in missing:
-                    j = layout.modules[g]
+                scale.index_copy_(0, targets, new_scale.expand(len(first)))
+                shift.index_copy_(0, targets, new_shift.expand(len(first)))
+                for j in first:
                     self._scales[j] = (scale[j], shift[j])
             layout.hist = layout.hist_positions(scale, shift)
         return layout.hist
