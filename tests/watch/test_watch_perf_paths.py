@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 
 from hookscope.callbacks import HookCallback, LoopDriver
-from hookscope.watch import Watch, watch
+from hookscope.watch import Watch, _step, watch
 
 LARGE = 1 << 15  # outputs with at least this many values take the large-tensor path
 
@@ -165,8 +165,10 @@ def test_small_outputs_changed_in_place_are_copied_or_counted(at: int) -> None:
     model, paths = InPlaceAt(at), ["linear"]
     capture, w = Capture(paths), watch(model, select=paths)
     with LoopDriver([capture, w], model):
-        for _ in range(4):
+        for k in range(4):
             model(torch.randn(6, 4))
+            if k == 1:
+                w.results()  # writes the pending steps: their copies were unchanged, so the next one is a reference
     results = w.results()
     for k in range(4):
         if at == 2 and k == 2:  # kept by reference after two unchanged steps: changed now, so dropped
@@ -238,6 +240,58 @@ def test_a_gradient_that_arrives_after_its_step_is_still_recorded() -> None:
     grads = w.results().output_grads["0"]["norm"]
     assert float(grads[0]) == pytest.approx(float(backward.batches[0][0][0].norm()), rel=1e-5)
     assert float(grads[1]) == pytest.approx(float(backward.batches[1][0][0].norm()), rel=1e-5)
+
+
+@pytest.mark.parametrize("buffer_steps", [5, 64])
+def test_small_tensors_of_many_steps_written_together_match_the_oracle_step_by_step(buffer_steps: int) -> None:
+    """70 steps: several batches of pending steps (32 at most), a ring of 5 rows that wraps inside a batch, a
+    read in the middle, a batch size that changes (new layouts) and one step with a large output."""
+    torch.manual_seed(5)
+    model, paths = nn.Sequential(nn.Linear(6, 12), nn.Tanh(), nn.Linear(12, 3)), ["0", "1", "2"]
+    w = watch(model, select=paths, buffer_steps=buffer_steps)
+    sizes = [4 + k % 3 for k in range(70)]
+    sizes[40] = 3000  # 36000 values out of "0" and "1": the large path, in the middle of a pending batch
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    forward, backward = Capture(paths), GradCapture(paths)
+    grads: list[float] = []
+    with LoopDriver([forward, backward, w], model, opt):
+        for k, size in enumerate(sizes):
+            model(torch.randn(size, 6)).pow(2).mean().backward()
+            grads.append(float(model[0].weight.grad.norm()))
+            opt.step()
+            opt.zero_grad()
+            if k == 20:
+                assert w.results().num_steps == 20  # step 20 stays open until the next forward
+    results = w.results()
+    assert results.steps.tolist() == list(range(70))
+    check_activations(results, paths, forward, 70)
+    check_hist(results, paths, forward, 70)
+    for j, path in enumerate(paths):
+        expected = torch.tensor([backward.batches[k][j][0].norm() for k in range(70)])
+        assert torch.allclose(results.output_grads[path]["norm"], expected, rtol=1e-4), path
+    assert torch.allclose(results.param_grads["0.weight"]["norm"], torch.tensor(grads), rtol=1e-4)
+
+
+def test_a_gradient_that_arrives_after_its_step_was_written_is_added_to_its_row_or_counted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_step, "PENDING_STEPS", 1)  # every step is written when it closes
+    torch.manual_seed(6)
+    model = nn.Sequential(nn.Linear(3, 5))
+    backward, w = GradCapture(["0"]), watch(model, select=["0"])
+    with LoopDriver([backward, w], model):
+        first = model(torch.randn(4, 3)).pow(2).sum()
+        second = model(torch.randn(4, 3)).sum()  # step 1 begins: step 0 is closed and written
+        first.backward()  # step 0's gradient arrives after its row was written: added to the row
+        model(torch.randn(4, 3))  # step 2 begins
+        w.results()  # steps 0 and 1 move to the host
+        second.backward()  # too late for step 1's row: counted
+    results = w.results()
+    assert float(results.output_grads["0"]["norm"][0]) == pytest.approx(
+        float(backward.batches[0][0][0].norm()), rel=1e-5
+    )
+    assert math.isnan(float(results.output_grads["0"]["norm"][1]))
+    assert results.dropped["late_gradient"] == 1
 
 
 def test_large_four_dimensional_outputs_have_per_channel_unit_activity() -> None:

@@ -1,13 +1,14 @@
-"""All of a step's small tensors described in one batched pass: a fixed number of torch calls per step.
+"""The small tensors of several steps described in one batched pass: a fixed number of torch calls per batch.
 
 On small models the cost of monitoring is the number of torch calls, not the number of values: ~30 per module
 per step, a few microseconds each, dwarf the work. Hooks therefore copy each small tensor (fewer than
-`BATCH_BELOW` values: activations, output gradients, parameter gradients) into a per-step list, and `settle`
-concatenates them and takes every statistic of every tensor with segment reductions (`index_add_`,
-`scatter_reduce_`, one `bincount` for all histograms), writing the results into the step's row with one
-`index_copy_`. Everything that depends only on the arrangement of the step's tensors (segment ids, row
-positions, histogram offsets, unit ids) is built once per `BatchLayout` and cached, so a steady training loop
-pays the same ~30 calls per step whatever the number of modules.
+`BATCH_BELOW` values: activations, output gradients, parameter gradients) into the step's log, and up to
+`PENDING_STEPS` closed steps are described together: their tensors are concatenated and every statistic of
+every tensor is taken with segment reductions (`index_add_`, `scatter_reduce_`, one `bincount` for all
+histograms), written into the steps' rows with one `index_copy_`. Everything that depends only on the
+arrangement of the tensors (segment ids, row positions, histogram offsets, unit ids) is built once per
+`BatchLayout` and cached, so a steady training loop pays ~30 calls per batch of steps whatever the number of
+modules.
 
 Statistics are exact up to float rounding: values are float64 here, the variance is two-pass.
 """
@@ -28,6 +29,7 @@ __all__ = [
     "BatchLayout",
     "HistState",
     "Part",
+    "RowPart",
     "hist_into_row",
     "hist_positions",
     "segment_table",
@@ -36,6 +38,8 @@ __all__ = [
 
 Part = tuple[int, int, tuple[int, ...]]
 """One tensor of a step: (kind, module or parameter index, shape)."""
+RowPart = tuple[int, int, int, tuple[int, ...]]
+"""One tensor of a batch of steps: (step's row relative to the batch's first, kind, index, shape)."""
 
 _TABLE = ("mean", "variance", "min", "max", "near_zero", "nonfinite", "saturated", "sum_squares", "count")
 _SOURCE = {  # per kind: the table columns written into the row's columns, in row order
@@ -55,33 +59,34 @@ class HistState:
 
 
 class BatchLayout:
-    """What does not change between steps with the same small tensors (`parts`, in hook order).
+    """What does not change between batches of steps with the same small tensors (`parts`: activations of every
+    step first, in hook order, then gradients), written into consecutive rows.
 
-    Parts of the same kind and index (a module called twice) form one group, so their statistics are merged
-    by the reductions themselves.
+    Parts of the same step, kind and index (a module called twice) form one group, so their statistics are
+    merged by the reductions themselves. Positions are in the flat view of the batch's rows.
     """
 
     def __init__(
         self,
-        parts: tuple[Part, ...],
+        parts: tuple[RowPart, ...],
         row: RowLayout,
         device: torch.device,
         bounds: list[tuple[float, float] | None],
     ) -> None:
         self.parts = parts
-        self.sizes = [math.prod(shape) for _, _, shape in parts]
-        ids: dict[tuple[int, int], int] = {}
-        seg = [ids.setdefault((kind, index), len(ids)) for kind, index, _ in parts]
+        self.sizes = [math.prod(shape) for _, _, _, shape in parts]
+        ids: dict[tuple[int, int, int], int] = {}
+        seg = [ids.setdefault((r, kind, index), len(ids)) for r, kind, index, _ in parts]
         self.groups = list(ids)
         count = [0] * len(ids)
         for g, size in zip(seg, self.sizes, strict=True):
             count[g] += size
-        self.activation_sizes = [(j, count[g]) for g, (kind, j) in enumerate(self.groups) if kind == ACTIVATION]
-        self.activation_values = sum(size for _, size in self.activation_sizes)  # activations come first
+        self.activation_sizes = [(r, j, count[g]) for g, (r, kind, j) in enumerate(self.groups) if kind == ACTIVATION]
+        self.activation_values = sum(size for _, _, size in self.activation_sizes)  # activations come first
         self.seg = to_device(torch.repeat_interleave(torch.tensor(seg), torch.tensor(self.sizes)), device)
         self.count = to_device(torch.tensor(count, dtype=torch.float64), device)
         self.targets = to_device(_targets(self.groups, row), device)
-        bounded = [kind == ACTIVATION and bounds[j] is not None for kind, j in self.groups]
+        bounded = [kind == ACTIVATION and bounds[j] is not None for _, kind, j in self.groups]
         self.saturation = _saturation(parts, self.sizes, bounds, device) if any(bounded) else None
         self.bounded = to_device(torch.tensor(bounded), device)
         rows = 4 if self.saturation is not None else 3
@@ -104,22 +109,24 @@ def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     return tensor.to(device)
 
 
-def _targets(groups: list[tuple[int, int]], row: RowLayout) -> torch.Tensor:
-    """(groups * len(_TABLE),) row positions of every table entry (the row's dump slot when not written)."""
+def _targets(groups: list[tuple[int, int, int]], row: RowLayout) -> torch.Tensor:
+    """(groups * len(_TABLE),) positions of every table entry in the batch's rows (a dump column when not
+    written)."""
     out = []
-    for kind, index in groups:
-        start = row.start(kind, index)
+    for r, kind, index in groups:
+        base = r * row.width
+        start = base + row.start(kind, index)
         wanted = {column: start + k for k, column in enumerate(_SOURCE[kind])}
-        out += [wanted.get(column, row.dump) for column in range(len(_TABLE))]
+        out += [wanted.get(column, base + row.dump) for column in range(len(_TABLE))]
     return torch.tensor(out)
 
 
 def _saturation(
-    parts: tuple[Part, ...], sizes: list[int], bounds: list[tuple[float, float] | None], device: torch.device
+    parts: tuple[RowPart, ...], sizes: list[int], bounds: list[tuple[float, float] | None], device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per value: the middle and the half-width (x 0.98) of its module's output range (NaN where unbounded)."""
     middle, half = [], []
-    for (kind, index, _), size in zip(parts, sizes, strict=True):
+    for (_, kind, index, _), size in zip(parts, sizes, strict=True):
         if kind != ACTIVATION:
             break
         bound = bounds[index]
@@ -164,13 +171,13 @@ def segment_table(values: torch.Tensor, layout: BatchLayout, near_zero: float) -
 
 def hist_positions(layout: BatchLayout, row: RowLayout, state: HistState, bins: int) -> tuple[torch.Tensor, ...]:
     """Per activation value: `(scale, offset, low, high)` such that `clamp(v * scale + offset, low, high)`
-    truncates to the row position of its bin."""
+    truncates to the position of its bin in the batch's rows."""
     module_of, base = [], []
-    for (kind, index, _), size in zip(layout.parts, layout.sizes, strict=True):
+    for (r, kind, index, _), size in zip(layout.parts, layout.sizes, strict=True):
         if kind != ACTIVATION:
             break
         module_of.append(torch.full((size,), index, dtype=torch.int64))
-        base.append(torch.full((size,), row.hist(index), dtype=torch.float64))
+        base.append(torch.full((size,), r * row.width + row.hist(index), dtype=torch.float64))
     device = state.scale.device
     modules, start = (to_device(torch.cat(t), device) for t in (module_of, base))
     scale, shift = state.scale.index_select(0, modules), state.shift.index_select(0, modules)
@@ -178,7 +185,8 @@ def hist_positions(layout: BatchLayout, row: RowLayout, state: HistState, bins: 
 
 
 def hist_into_row(values: torch.Tensor, positions: tuple[torch.Tensor, ...], row: torch.Tensor, dump: int) -> None:
-    """Add the histogram counts of the activation values (a prefix of `values`) into `row`: one `bincount`."""
+    """Add the histogram counts of the activation values (a prefix of `values`) into `row` (the flat rows of
+    the batch): one `bincount`."""
     scale, offset, low, high = positions
     position = torch.addcmul(offset, values[: scale.numel()], scale).clamp_(low, high).nan_to_num_(nan=dump + 0.5)
     row.add_(torch.bincount(position.to(torch.int32), minlength=row.numel()))

@@ -4,8 +4,9 @@ The forward hook of each selected module takes one of three paths, decided once 
 (the step is recorded), check (an unrecorded training step: only whether the output and its gradient are
 finite) or skip (counted in `dropped`). Recording does little in the hook: a large output gets its statistics at
 once (`_kernels.py`, while it is in cache and before an in-place op can change it), a small one is copied into the
-step's `StepLog`; gradient hooks do the same. `settle()` at the end of the step describes the step's small
-tensors together (`_batch.py`) and writes the step's row (`_step.py`).
+step's `StepLog`; gradient hooks do the same. `settle()` at the end of the step closes the log; the small
+tensors of several closed steps are described together (`_batch.py`) when they are written into their rows
+(`_step.py`).
 
 Under `torch.compile` the traced hooks read one flag and append to one list (no other Python state, so no graph
 break and no recompilation per step); output gradients accumulate into a device tensor. `settle()` takes it
@@ -184,6 +185,8 @@ class Recorder(ParamRecorder):
 
     def _scale_of(self, index: int, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         state = self.hist_state(flat.device)
+        if not state.ready[index] and self.pending:
+            self.write_pending()  # the range comes from the module's first recorded step
         if not state.ready[index]:
             scale, shift = hist_scale(flat, self.options.hist_bins, self.options.hist_range)
             state.scale[index].copy_(scale)
@@ -223,7 +226,7 @@ class Recorder(ParamRecorder):
         def hook(grad: torch.Tensor | None) -> None:
             if grad is None:
                 return
-            if log.settled:
+            if log.written:
                 self.late_gradient(log, index, grad)
                 return
             self._rank(1, index)
@@ -315,7 +318,7 @@ class Recorder(ParamRecorder):
             self.first = torch.full((2, len(self.paths)), -1, dtype=torch.int64, device=device)
 
     def settle(self) -> None:
-        """Describe the step's small tensors together and write the step's row (`_step.py`)."""
+        """Close the recorded step: its log waits to be written with the next ones (`_step.py`)."""
         log = self.log
         if log is None or log.settled:
             return
@@ -331,7 +334,7 @@ class Recorder(ParamRecorder):
                 self.describe_large(log, index, tensor, self.module_refs[index]())
         if log.traced:
             self._assume_backward_order()
-        self.write_step(log)
+        self.defer(log)
 
     def _assume_backward_order(self) -> None:
         """Compiled backwards cannot report their order: assume the reverse of the forward order."""

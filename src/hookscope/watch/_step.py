@@ -1,10 +1,11 @@
-"""Writing one recorded step into its row: the step's log, the batched pass, the per-module tables it updates.
+"""Writing recorded steps into their rows: the steps' logs, the batched pass, the per-module tables it updates.
 
-`StepLog` is what the hooks of one step leave behind (copies of small tensors, statistics of large ones);
-`StepWriter.write_step` turns it into the step's row with a fixed number of torch calls: one batched pass over
-all small tensors (`_batch.py`), one `index_copy_` / `index_add_` per group of large ones. Index tensors and
-layouts are cached per arrangement, so steady training builds nothing per step. Histogram ranges and unit
-activity counts live here too (`HistState`, `UnitTable`), on the device.
+`StepLog` is what the hooks of one step leave behind (copies of small tensors, statistics of large ones). A
+closed step's log waits (`defer`) until `PENDING_STEPS` logs or `PENDING_VALUES` small values are pending, or
+the rows are read; `write_pending` then writes them all into their rows with a fixed number of torch calls: one
+batched pass over the small tensors of every pending step (`_batch.py`), one `index_copy_` / `index_add_` per
+group of large ones. Index tensors and layouts are cached per arrangement, so steady training builds nothing
+per step. Histogram ranges and unit activity counts live here too (`HistState`, `UnitTable`), on the device.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
-from ._batch import BatchLayout, HistState, Part, hist_into_row, hist_positions, segment_table, to_device
+from ._batch import BatchLayout, HistState, Part, RowPart, hist_into_row, hist_positions, segment_table, to_device
 from ._buffers import ACTIVATION, OUTPUT_GRAD, PARAM_GRAD, StepBuffers
 from ._kernels import grad_vector, merge_activation, scale_from_bound, unit_dims
 from ._options import WatchOptions
@@ -23,6 +24,10 @@ from ._options import WatchOptions
 __all__ = ["StepLog", "StepWriter", "UnitTable"]
 
 _CACHE = 64  # layouts and index tensors kept per watch (cleared beyond; a steady loop needs a handful)
+PENDING_STEPS = 32
+"""Closed recorded steps whose small tensors wait to be described together."""
+PENDING_VALUES = 1 << 20
+"""Small values (float32, 4 MiB) that make the pending steps be written at once."""
 
 LargeActivation = tuple[int, int, torch.Tensor, torch.Tensor | None]  # (module, values, vector, histogram)
 _KINDS = (ACTIVATION, OUTPUT_GRAD, PARAM_GRAD)
@@ -43,6 +48,8 @@ class StepLog:
     settled: bool = False
     traced: bool = False  # compiled forwards ran: their output gradients are in the stage tensor
     grad_factor: torch.Tensor | None = None  # 1 / loss scale**2 of the step's backward (GradScaler), on the device
+    stage: torch.Tensor | None = None  # output-gradient sums of compiled backwards, taken when the step closed
+    written: bool = False  # in its row: a gradient arriving now is late
 
 
 ParamGrads = tuple[torch.Tensor | None, tuple[Part, ...], list[tuple[int, torch.Tensor]], list[int]]
@@ -110,7 +117,9 @@ class StepWriter:
         self.referenced: set[tuple[int, int]] = set()  # (kind, index) whose small tensors are kept uncopied
         self.unit_table = UnitTable(buffers.modules)
         self._hist_state: HistState | None = None
-        self._layouts: dict[tuple[Part, ...], BatchLayout] = {}
+        self._layouts: dict[tuple[RowPart, ...], BatchLayout] = {}
+        self.pending: list[StepLog] = []  # closed steps not written yet (consecutive rows)
+        self._pending_values = 0
         self._positions: dict[tuple[torch.device, tuple[int, ...]], torch.Tensor] = {}
 
     def drop(self, reason: str, count: int = 1) -> None:
@@ -189,55 +198,75 @@ class StepWriter:
             vector[0] *= log.grad_factor.to(vector.device)
         self.buffers.row(log.row, grad.device)[start : start + 3].add_(vector)
 
-    def write_step(self, log: StepLog) -> None:
-        """Write everything `log` holds into its row: a fixed number of torch calls whatever the module count."""
+    def defer(self, log: StepLog) -> None:
+        """Close `log`: it waits with the other pending steps (written at once when enough are pending)."""
         log.settled = True
         if self.log is log:
             self.log = None
-        if not self.buffers.is_live(log.row):
-            return
-        large_params, missing = (log.params[2], log.params[3]) if log.params is not None else ([], [])
-        device = _device_of_log(log, self.stage)
+        if log.traced and self.stage is not None:  # the stage is reused by the next step: take it now
+            log.stage = self.stage[:, :3].clone()
+            self.stage[:, :3].zero_()
+        last = self.pending[-1].row if self.pending else None
+        if last is not None and (log.row != last + 1 or log.row % self.buffers.rows == 0):  # rows: one block
+            self.write_pending()
+        self.pending.append(log)
+        self._pending_values += sum(entry[2].numel() for entries in log.small for entry in entries)
+        if len(self.pending) >= PENDING_STEPS or self._pending_values >= PENDING_VALUES:
+            self.write_pending()
+
+    def write_pending(self) -> None:
+        """Write every pending step into its row: one batched pass over all their small tensors."""
+        logs = [log for log in self.pending if self.buffers.is_live(log.row)]
+        self.pending, self._pending_values = [], 0
+        for log in logs:
+            log.written = True
+        device = next((d for d in (_device_of_log(log) for log in logs) if d is not None), None)
         if device is None:
             return
-        row = self.buffers.row(log.row, device)
-        counts = self.buffers.counts[log.row % self.buffers.rows]
-        written: set[int] = set()
-        tensors, parts = self._small_values(log)
+        first = logs[0].row % self.buffers.rows
+        block = self.buffers.allocate(device)[first : first + len(logs)]
+        slots = [log.row % self.buffers.rows for log in logs]
+        written: list[set[int]] = [set() for _ in logs]
+        tensors, parts = self._small_values(logs)
         if tensors:
-            self._write_small(tensors, parts, row, counts, written)
-        if log.acts:
-            self._write_large(log.acts, row, counts, written)
-        if log.grads:
-            columns = [self.buffers.layout.start(OUTPUT_GRAD, j) + k for j, _ in log.grads for k in range(3)]
-            row.index_add_(0, self.positions(columns, device), torch.stack([v for _, v in log.grads]).view(-1))
-        self._write_params(row, large_params, missing)
-        if log.traced and self.stage is not None:
-            layout = self.buffers.layout
-            row[layout.grad_at : layout.param_at].view(-1, 3).add_(self.stage[:, :3].to(row.device))
-            self.stage[:, :3].zero_()
-        if log.grad_factor is not None:  # the output gradients were of the scaled loss (GradScaler)
-            layout = self.buffers.layout
-            row[layout.grad_at : layout.param_at].view(-1, 3)[:, 0].mul_(log.grad_factor.to(row))
+            self._write_small(tensors, parts, block.view(-1), slots, written)
+        layout = self.buffers.layout
+        for r, log in enumerate(logs):
+            row, counts = block[r], self.buffers.counts[slots[r]]
+            if log.acts:
+                self._write_large(log.acts, row, counts, written[r])
+            if log.grads:
+                columns = [layout.start(OUTPUT_GRAD, j) + k for j, _ in log.grads for k in range(3)]
+                row.index_add_(0, self.positions(columns, device), torch.stack([v for _, v in log.grads]).view(-1))
+            if log.params is not None:
+                self._write_params(row, log.params[2], log.params[3])
+            if log.stage is not None:
+                row[layout.grad_at : layout.param_at].view(-1, 3).add_(log.stage.to(row.device))
+            if log.grad_factor is not None:  # the output gradients were of the scaled loss (GradScaler)
+                row[layout.grad_at : layout.param_at].view(-1, 3)[:, 0].mul_(log.grad_factor.to(row))
 
-    def _small_values(self, log: StepLog) -> tuple[list[torch.Tensor], tuple[Part, ...]]:
-        """The step's small tensors in kind order, and what they are; kept references are checked here: one
-        changed in place since its hook is dropped (and copied from now on), one unchanged is trusted."""
-        tensors, parts = [], []
-        for kind, entries in zip(_KINDS, log.small, strict=True):
-            for index, shape, tensor, source, version in entries:
-                if source is not None:  # a copy: was the original changed after the hook?
-                    changed = source._version != version
-                    (self.referenced.discard if changed else self.referenced.add)((kind, index))
-                elif version >= 0 and tensor._version != version:
-                    self.referenced.discard((kind, index))
-                    self.drop("changed_in_place")
-                    continue
-                tensors.append(tensor)
-                parts.append((kind, index, shape))
-        if log.params is not None and log.params[0] is not None:
-            tensors.append(log.params[0])
-            parts += log.params[1]
+    def _small_values(self, logs: list[StepLog]) -> tuple[list[torch.Tensor], tuple[RowPart, ...]]:
+        """The small tensors of `logs`, activations of every step first, and what they are; kept references are
+        checked here: one changed in place since its hook is dropped (and copied from now on), one unchanged is
+        trusted."""
+        tensors: list[torch.Tensor] = []
+        parts: list[RowPart] = []
+        for kind in _KINDS:
+            for r, log in enumerate(logs):
+                for index, shape, tensor, source, version in log.small[kind]:
+                    if source is not None:  # a copy: was the original changed after the hook?
+                        changed = source._version != version
+                        (self.referenced.discard if changed else self.referenced.add)((kind, index))
+                    elif version >= 0 and tensor._version != version:
+                        self.referenced.discard((kind, index))
+                        self.drop("changed_in_place")
+                        continue
+                    tensors.append(tensor)
+                    parts.append((r, kind, index, shape))
+        for r, log in enumerate(logs):
+            if log.params is not None and log.params[0] is not None:
+                tensors.append(log.params[0])
+                parts += [(r, *part) for part in log.params[1]]
         return tensors, tuple(parts)
 
     def keep_small(self, log: StepLog, kind: int, index: int, tensor: torch.Tensor) -> None:
@@ -252,27 +281,27 @@ class StepWriter:
     def _write_small(
         self,
         tensors: list[torch.Tensor],
-        parts: tuple[Part, ...],
-        row: torch.Tensor,
-        counts: list[int],
-        written: set[int],
+        parts: tuple[RowPart, ...],
+        flat: torch.Tensor,
+        slots: list[int],
+        written: list[set[int]],
     ) -> None:
         values = torch._C._nn.flatten_dense_tensors(tensors).to(torch.float64)  # a new tensor
         layout = self._layout(parts, values.device)
         table = segment_table(values, layout, self.options.near_zero)
-        row.index_copy_(0, layout.targets, table.view(-1).to(row.dtype))
-        for index, size in layout.activation_sizes:
-            counts[index] += size
-            written.add(index)
+        flat.index_copy_(0, layout.targets, table.view(-1).to(flat.dtype))
+        for r, index, size in layout.activation_sizes:
+            self.buffers.counts[slots[r]][index] += size
+            written[r].add(index)
         if not layout.activation_sizes:
             return
         groups = self.options.groups
         if "histograms" in groups:
-            hist_into_row(values, self._hist_positions(layout, table), row, self.buffers.layout.dump)
+            hist_into_row(values, self._hist_positions(layout, table), flat, self.buffers.layout.dump)
         if "unit_activity" in groups:
             self._small_units(layout, values)
 
-    def _layout(self, parts: tuple[Part, ...], device: torch.device) -> BatchLayout:
+    def _layout(self, parts: tuple[RowPart, ...], device: torch.device) -> BatchLayout:
         layout = self._layouts.get(parts)
         if layout is None:
             if len(self._layouts) >= _CACHE:
@@ -283,7 +312,11 @@ class StepWriter:
     def _hist_positions(self, layout: BatchLayout, table: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if layout.hist is None:
             state = self.hist_state(table.device)
-            missing = [(g, j) for g, (kind, j) in enumerate(layout.groups) if kind == ACTIVATION and not state.ready[j]]
+            first: dict[int, int] = {}  # module without a range -> its first group (its first recorded step)
+            for g, (_, kind, j) in enumerate(layout.groups):
+                if kind == ACTIVATION and not state.ready[j]:
+                    first.setdefault(j, g)
+            missing = [(g, j) for j, g in first.items()]
             if missing:
                 rows = self.positions([g for g, _ in missing], table.device)
                 chosen = table.index_select(0, rows)
@@ -311,7 +344,7 @@ class StepWriter:
 
     def _build_units(self, layout: BatchLayout, device: torch.device) -> None:
         modules, ids, counts, mismatch = self.modules(), [], [], 0
-        for (kind, index, shape), size in zip(layout.parts, layout.sizes, strict=True):
+        for (_, kind, index, shape), size in zip(layout.parts, layout.sizes, strict=True):
             if kind != ACTIVATION:  # activations come first
                 break
             module = modules[index]
@@ -380,7 +413,7 @@ def _new_hist_state(modules: int, device: torch.device, options: WatchOptions, o
     return HistState(scale, shift, ready)
 
 
-def _device_of_log(log: StepLog, stage: torch.Tensor | None) -> torch.device | None:
+def _device_of_log(log: StepLog) -> torch.device | None:
     for tensors in ([e[2] for e in log.small[0] + log.small[1] + log.small[2]], [a[2] for a in log.acts]):
         if tensors:
             return tensors[0].device
@@ -390,4 +423,4 @@ def _device_of_log(log: StepLog, stage: torch.Tensor | None) -> torch.device | N
         flat, _, large, _ = log.params
         if flat is not None or large:
             return flat.device if flat is not None else large[0][1].device
-    return stage.device if log.traced and stage is not None else None
+    return log.stage.device if log.stage is not None else None

@@ -288,6 +288,7 @@ class Watch(Callback):
         recorder = self._recorder
         if recorder is None:
             return
+        recorder.write_pending()
         stop = recorder.open_row if recorder.open_row >= 0 else None
         chunk = recorder.buffers.take(stop)
         if chunk is None:
@@ -403,8 +404,8 @@ def watch(
 
     Cost: an output or gradient of 32768 values or more is described as soon as its hook sees it, in a few
     passes (its gradients' non-finite column is then a flag: 1 when the gradient's norm is not finite, rather than
-    an exact count, which would take three more passes); smaller tensors are kept until the step ends and all
-    described together with a fixed number of torch calls. Steps `every` skips cost one min/max per output, or
+    an exact count, which would take three more passes); smaller tensors are kept, and those of up to 32 steps
+    are described together with a fixed number of torch calls. Steps `every` skips cost one min/max per output, or
     nothing with `check_nonfinite=False`. Attached before `torch.compile`, the hooks compile into the graph
     without graph breaks, and the statistics are the same as in eager mode (compiled backwards cannot report the
     order they ran in: `first_nonfinite` assumes the reverse of the forward order).
