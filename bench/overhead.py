@@ -79,6 +79,8 @@ def transformer() -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
 
 
 MODELS = {"mlp": mlp, "cnn": cnn, "transformer": transformer, "tiny": tiny}
+STEPS = {"mlp": 10, "cnn": 5, "transformer": 4, "tiny": 200}
+"""Steps timed per configuration per round (about 0.2-2 s each: a sub-millisecond step needs many)."""
 
 
 def make_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> Step:
@@ -141,7 +143,7 @@ def activation_stats(every: int | None) -> Config:
 def watch_everything(model: nn.Module, optimizer: torch.optim.Optimizer) -> Iterator[None]:
     from hookscope.watch import watch
 
-    with watch(model, optimizer):
+    with watch(model, optimizer, capacity=None):  # every step kept: no thinning of long runs
         yield
 
 
@@ -330,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a short run (few rounds and steps)")
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
     parser.add_argument("--rounds", type=int, default=None)
-    parser.add_argument("--steps", type=int, default=None)
+    parser.add_argument("--steps", type=int, default=None, help="steps per round (default: per model, STEPS)")
     parser.add_argument("--memory-steps", type=int, default=None, help="watched tiny-MLP steps for the RSS check")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile pair")
     parser.add_argument("--repeat", type=int, default=1, help="measure each model this many times (noisy machines)")
@@ -338,7 +340,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(HERE / "results" / "overhead.json"))
     args = parser.parse_args(argv)
     rounds = args.rounds or (3 if args.quick else 15)
-    steps = args.steps or (3 if args.quick else 10)
     memory_steps = args.memory_steps if args.memory_steps is not None else (200 if args.quick else 10_000)
     models = [m for m in args.models.split(",") if m]
     unknown = [m for m in models if m not in MODELS]
@@ -346,8 +347,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--models must be among {', '.join(MODELS)}, got {', '.join(unknown)}")
     configs = {name: factory for name, factory in CONFIGS.items() if available(name)}
     skipped = [name for name in CONFIGS if name not in configs]
-    results = {}
+    results, steps_per_round = {}, {}
     for model in models:
+        steps = args.steps or (max(2, STEPS[model] // 10) if args.quick else STEPS[model])
+        steps_per_round[model] = steps
         for run in range(max(1, args.repeat)):
             print(
                 f"benchmarking {model} ({rounds} rounds x {steps} steps x {len(configs)} configurations) ...",
@@ -360,17 +363,19 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__,
         "hookscope": hookscope.__version__,
         "rounds": rounds,
-        "steps_per_round": steps,
+        "steps_per_round": steps_per_round,
         "results": results,
         "skipped": skipped,
     }
     table = markdown(results)
-    print(f"machine: {report['machine']}, torch {torch.__version__}, {rounds} rounds x {steps} steps\n")
+    per_model = ", ".join(f"{m} {n}" for m, n in steps_per_round.items())
+    print(f"machine: {report['machine']}, torch {torch.__version__}, {rounds} rounds; steps per round: {per_model}\n")
     print(table)
     if skipped:
         print(f"\nskipped (not in this checkout): {', '.join(skipped)}")
     if available("watch") and not args.no_compile:
-        report["compiled_tiny"] = bench_compiled(rounds, steps)
+        tiny_steps = args.steps or (max(2, STEPS["tiny"] // 10) if args.quick else STEPS["tiny"])
+        report["compiled_tiny"] = bench_compiled(rounds, tiny_steps)
         compiled = report["compiled_tiny"]["watched"]
         print(
             f"\ntorch.compile (aot_eager), tiny MLP: watched/bare = {compiled['median_ratio']:.3f} "
