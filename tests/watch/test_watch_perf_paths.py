@@ -254,11 +254,14 @@ def test_small_tensors_of_many_steps_written_together_match_the_oracle_step_by_s
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     forward, backward = Capture(paths), GradCapture(paths)
     grads: list[float] = []
+    ratios: list[float] = []
     with LoopDriver([forward, backward, w], model, opt):
         for k, size in enumerate(sizes):
             model(torch.randn(size, 6)).pow(2).mean().backward()
             grads.append(float(model[0].weight.grad.norm()))
+            before = model[2].bias.detach().clone()
             opt.step()
+            ratios.append(float((model[2].bias.detach() - before).norm() / model[2].bias.detach().norm()))
             opt.zero_grad()
             if k == 20:
                 assert w.results().num_steps == 20  # step 20 stays open until the next forward
@@ -270,6 +273,7 @@ def test_small_tensors_of_many_steps_written_together_match_the_oracle_step_by_s
         expected = torch.tensor([backward.batches[k][j][0].norm() for k in range(70)])
         assert torch.allclose(results.output_grads[path]["norm"], expected, rtol=1e-4), path
     assert torch.allclose(results.param_grads["0.weight"]["norm"], torch.tensor(grads), rtol=1e-4)
+    assert torch.allclose(results.update_ratios["2.bias"], torch.tensor(ratios), rtol=1e-3)
 
 
 def test_a_gradient_that_arrives_after_its_step_was_written_is_added_to_its_row_or_counted(

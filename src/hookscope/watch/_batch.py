@@ -20,12 +20,14 @@ from dataclasses import dataclass
 
 import torch
 
-from ._buffers import ACTIVATION, OUTPUT_GRAD, PARAM_GRAD, RowLayout
+from ._buffers import ACTIVATION, OUTPUT_GRAD, PARAM_GRAD, UPDATE, WEIGHT, RowLayout
 
 __all__ = [
     "ACTIVATION",
     "OUTPUT_GRAD",
     "PARAM_GRAD",
+    "UPDATE",
+    "WEIGHT",
     "BatchLayout",
     "HistState",
     "Part",
@@ -46,6 +48,8 @@ _SOURCE = {  # per kind: the table columns written into the row's columns, in ro
     ACTIVATION: (0, 1, 2, 3, 4, 5, 6),
     OUTPUT_GRAD: (7, 5, 8),
     PARAM_GRAD: (7, 5),
+    UPDATE: (7,),
+    WEIGHT: (7,),
 }
 
 

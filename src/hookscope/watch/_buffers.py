@@ -14,10 +14,11 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["ACTIVATION", "OUTPUT_GRAD", "PARAM_GRAD", "Chunk", "RowLayout", "StepBuffers"]
+__all__ = ["ACTIVATION", "OUTPUT_GRAD", "PARAM_GRAD", "UPDATE", "WEIGHT", "Chunk", "RowLayout", "StepBuffers"]
 
-ACTIVATION, OUTPUT_GRAD, PARAM_GRAD = 0, 1, 2
-"""Kinds of recorded tensors (activation of a module, gradient of its output, gradient of a parameter)."""
+ACTIVATION, OUTPUT_GRAD, PARAM_GRAD, UPDATE, WEIGHT = 0, 1, 2, 3, 4
+"""Kinds of recorded tensors (activation of a module, gradient of its output, gradient of a parameter, change of
+a parameter in an optimizer step, the parameter after it)."""
 
 
 @dataclass
@@ -58,8 +59,9 @@ _TABLES = ("steps", "activations", "histograms", "output_grads", "param_grads", 
 class RowLayout:
     """Columns of one step's row: per module 7 raw activation statistics (`RAW_ACTIVATION`), `bins` histogram
     counts and 3 output-gradient columns (sum of squares, non-finite count, value count); per parameter 2
-    gradient columns (sum of squares, non-finite count) and the update ratio; the loss; a dump column that
-    absorbs writes with nowhere to go."""
+    gradient columns (sum of squares, non-finite count) and 2 update columns (sums of squares of the change in
+    an optimizer step and of the weight after it: their ratio's root is the update ratio); the loss; a dump
+    column that absorbs writes with nowhere to go."""
 
     def __init__(self, modules: int, params: int, bins: int) -> None:
         self.modules, self.params, self.bins = modules, params, bins
@@ -67,7 +69,7 @@ class RowLayout:
         self.grad_at = self.hist_at + modules * bins
         self.param_at = self.grad_at + modules * 3
         self.ratio_at = self.param_at + params * 2
-        self.loss_at = self.ratio_at + params
+        self.loss_at = self.ratio_at + params * 2
         self.dump = self.loss_at + 1
         self.width = self.dump + 1
 
@@ -77,7 +79,9 @@ class RowLayout:
             return index * 7
         if kind == OUTPUT_GRAD:
             return self.grad_at + index * 3
-        return self.param_at + index * 2
+        if kind == PARAM_GRAD:
+            return self.param_at + index * 2
+        return self.ratio_at + index * 2 + (kind == WEIGHT)
 
     def hist(self, index: int) -> int:
         """The first histogram column of module `index`."""
@@ -85,14 +89,15 @@ class RowLayout:
 
     def split(self, table: torch.Tensor) -> dict[str, torch.Tensor]:
         """Views of a (rows, width) table: activations (rows, modules, 7), histograms, output_grads (rows,
-        modules, 3), param_grads (rows, params, 2), update_ratios, losses."""
+        modules, 3), param_grads (rows, params, 2), update_ratios (rows, params, 2: change and weight sums of
+        squares), losses."""
         m, p, bins, rows = self.modules, self.params, self.bins, table.shape[0]
         return {
             "activations": table[:, : self.hist_at].view(rows, m, 7),
             "histograms": table[:, self.hist_at : self.grad_at].view(rows, m, bins),
             "output_grads": table[:, self.grad_at : self.param_at].view(rows, m, 3),
             "param_grads": table[:, self.param_at : self.ratio_at].view(rows, p, 2),
-            "update_ratios": table[:, self.ratio_at : self.loss_at],
+            "update_ratios": table[:, self.ratio_at : self.loss_at].view(rows, p, 2),
             "losses": table[:, self.loss_at],
         }
 
@@ -174,10 +179,16 @@ class StepBuffers:
             histograms=torch.where((counts > 0)[..., None], raw["histograms"], 0.0),
             output_grads=_grad_stats(raw["output_grads"][..., :2], raw["output_grads"][..., 2] > 0),
             param_grads=_grad_stats(raw["param_grads"], param_seen[:, None].expand(used, self.params)),
-            update_ratios=torch.where(ratio_seen[:, None], raw["update_ratios"], nan),
+            update_ratios=torch.where(ratio_seen[:, None], _ratios(raw["update_ratios"]), nan),
             losses=torch.where(loss_calls > 0, raw["losses"] / loss_calls.clamp(min=1), nan),
             has_loss=bool(loss_calls.any()),
         )
+
+
+def _ratios(raw: torch.Tensor) -> torch.Tensor:
+    """(change, weight) sums of squares -> ||W_after - W_before|| / ||W_after||."""
+    squares = raw.double()
+    return (squares[..., 0] / squares[..., 1]).sqrt().float()
 
 
 def _grad_stats(raw: torch.Tensor, seen: torch.Tensor) -> torch.Tensor:

@@ -2,8 +2,9 @@
 
 Small parameters (fewer than `BATCH_BELOW` values) are handled together: their gradients are concatenated into
 the step's batched pass (`_batch.py`), their values into one flat copy before the optimizer step and one after,
-so a model with many small parameters pays a fixed number of calls. Large ones get one dot product each (and one
-reused copy for their ratio). FSDP2 parameters are read as this rank's shard.
+whose difference and weight join the batched pass too, so a model with many small parameters pays a fixed number
+of calls. Large ones get one dot product each (and one reused copy for their ratio). FSDP2 parameters are read
+as this rank's shard.
 """
 
 from __future__ import annotations
@@ -11,8 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ._batch import to_device
-from ._buffers import PARAM_GRAD, StepBuffers
+from ._buffers import PARAM_GRAD, UPDATE, WEIGHT, StepBuffers
 from ._kernels import BATCH_BELOW, grad_vector, sum_of_squares
 from ._options import WatchOptions
 from ._step import StepWriter
@@ -34,7 +34,6 @@ class ParamRecorder(StepWriter):
         self._sharded = any(_is_dtensor(p) for p in params)
         self._copies: list[torch.Tensor] | None = None  # the large weights before an optimizer step
         self._flat_before: torch.Tensor | None = None  # the small ones, concatenated
-        self._param_seg: tuple[tuple[int, ...], torch.Tensor] | None = None
         self._snapshot_row = -1
 
     def record_param_grads(self) -> None:
@@ -56,6 +55,7 @@ class ParamRecorder(StepWriter):
         large = [(i, grad_vector(g.detach())) for i, g in present if g.numel() >= BATCH_BELOW]
         seen = {i for i, _ in present}
         log.params = (flat, parts, large, [i for i in range(len(self.params)) if i not in seen])
+        log.values += 0 if flat is None else flat.numel()
         self.buffers.param_seen[self.open_row % self.buffers.rows] = True
 
     def snapshot(self) -> None:
@@ -75,32 +75,36 @@ class ParamRecorder(StepWriter):
         self._snapshot_row = self.open_row
 
     def record_ratios(self) -> None:
-        """Write ||W_after - W_before|| / ||W_after|| of each watched parameter into the snapshot's row."""
-        row_id, copies = self._snapshot_row, self._copies
+        """Keep what ||W_after - W_before|| / ||W_after|| of each watched parameter needs, for the snapshot's step:
+        small parameters' change and weight go into the step's batched pass (their sums of squares are taken
+        there), large ones' sums of squares are taken now (multi-tensor ops) and written into the row."""
+        row_id, copies, log = self._snapshot_row, self._copies, self.log
         if row_id < 0 or copies is None:
             return
         self._snapshot_row = -1
-        if not self.buffers.is_live(row_id) or not self.params:
+        if not self.buffers.is_live(row_id) or not self.params or log is None or log.row != row_id:
             self.drop("late_update")
             return
         small, large = self._param_split()
         current = self._values()
-        ratios: list[torch.Tensor] = []
         with torch.no_grad():
             if small and self._flat_before is not None:
                 after = _flatten([current[i] for i in small])
                 moved = self._flat_before.sub_(after)
-                squares = self._param_squares(torch.stack((moved, after)), small)
-                ratios.append(squares[0].div_(squares[1]).sqrt_())
+                shapes = [tuple(current[i].shape) for i in small]
+                log.ratios = [
+                    (moved, tuple((UPDATE, i, shape) for i, shape in zip(small, shapes, strict=True))),
+                    (after, tuple((WEIGHT, i, shape) for i, shape in zip(small, shapes, strict=True))),
+                ]
+                log.values += 2 * moved.numel()
             if large:
                 torch._foreach_sub_(copies, [current[i] for i in large])
-                squares = sum_of_squares(copies + [current[i].detach() for i in large]).view(2, -1)
-                ratios.append(squares[0].div_(squares[1]).sqrt_())
+                squares = sum_of_squares(copies + [current[i].detach() for i in large])  # changes, then weights
+                row = self.buffers.row(row_id, squares.device)
+                at = self.buffers.layout.ratio_at
+                columns = [at + 2 * i for i in large] + [at + 2 * i + 1 for i in large]
+                row.index_copy_(0, self.positions(columns, row.device), _as(squares, row.dtype))
         self._flat_before = None
-        values = torch.cat(ratios) if len(ratios) > 1 else ratios[0]
-        row = self.buffers.row(row_id, values.device)
-        at = self.buffers.layout.ratio_at
-        row.index_copy_(0, self.positions([at + i for i in small + large], row.device), _as(values, row.dtype))
         self.buffers.ratio_seen[row_id % self.buffers.rows] = True
 
     def _param_split(self) -> tuple[list[int], list[int]]:
@@ -112,18 +116,6 @@ class ParamRecorder(StepWriter):
     def _values(self) -> list[torch.Tensor]:
         """The watched parameters' values as plain tensors: this rank's shard of a DTensor (FSDP2)."""
         return [_local(p) for p in self.params] if self._sharded else list(self.params)
-
-    def _param_squares(self, rows: torch.Tensor, small: list[int]) -> torch.Tensor:
-        """(rows, len(small)) float64 sums of squares of each small parameter's values in `rows` (concatenated)."""
-        key = tuple(_local(self.params[i]).numel() for i in small)
-        seg = self._param_seg
-        if seg is None or seg[0] != key or seg[1].device != rows.device:
-            ids = torch.repeat_interleave(torch.arange(len(key)), torch.tensor(key))
-            seg = self._param_seg = (key, to_device(ids, rows.device))
-        squares = rows.to(torch.float64).square_()
-        return torch.zeros(rows.shape[0], len(key), dtype=torch.float64, device=rows.device).index_add_(
-            1, seg[1], squares
-        )
 
 
 def _flatten(tensors: list[torch.Tensor]) -> torch.Tensor:

@@ -330,6 +330,7 @@ class Recorder(ParamRecorder):
                 continue
             if tensor.numel() < BATCH_BELOW:
                 log.small[ACTIVATION].append((index, tensor.shape, tensor, None, -1))
+                log.values += tensor.numel()
             else:
                 self.describe_large(log, index, tensor, self.module_refs[index]())
         if log.traced:

@@ -50,6 +50,8 @@ class StepLog:
     grad_factor: torch.Tensor | None = None  # 1 / loss scale**2 of the step's backward (GradScaler), on the device
     stage: torch.Tensor | None = None  # output-gradient sums of compiled backwards, taken when the step closed
     written: bool = False  # in its row: a gradient arriving now is late
+    ratios: list[tuple[torch.Tensor, tuple[Part, ...]]] | None = None  # small parameters' change and weight
+    values: int = 0  # small values kept (what the pending steps hold)
 
 
 ParamGrads = tuple[torch.Tensor | None, tuple[Part, ...], list[tuple[int, torch.Tensor]], list[int]]
@@ -210,7 +212,7 @@ class StepWriter:
         if last is not None and (log.row != last + 1 or log.row % self.buffers.rows == 0):  # rows: one block
             self.write_pending()
         self.pending.append(log)
-        self._pending_values += sum(entry[2].numel() for entries in log.small for entry in entries)
+        self._pending_values += log.values
         if len(self.pending) >= PENDING_STEPS or self._pending_values >= PENDING_VALUES:
             self.write_pending()
 
@@ -267,10 +269,14 @@ class StepWriter:
             if log.params is not None and log.params[0] is not None:
                 tensors.append(log.params[0])
                 parts += [(r, *part) for part in log.params[1]]
+            for tensor, described in log.ratios or ():
+                tensors.append(tensor)
+                parts += [(r, *part) for part in described]
         return tensors, tuple(parts)
 
     def keep_small(self, log: StepLog, kind: int, index: int, tensor: torch.Tensor) -> None:
         """Keep a small tensor of the step: the tensor itself when trusted, else a float32 copy."""
+        log.values += tensor.numel()
         if tensor.dtype != torch.float32:
             log.small[kind].append((index, tensor.shape, tensor.float(), None, -1))
         elif (kind, index) in self.referenced:
@@ -423,4 +429,6 @@ def _device_of_log(log: StepLog) -> torch.device | None:
         flat, _, large, _ = log.params
         if flat is not None or large:
             return flat.device if flat is not None else large[0][1].device
+    if log.ratios:
+        return log.ratios[0][0].device
     return log.stage.device if log.stage is not None else None
