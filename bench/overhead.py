@@ -245,38 +245,47 @@ def summarize(times: dict[str, list[float]]) -> dict[str, Any]:
     return out
 
 
-def bench_compiled(rounds: int, steps: int) -> dict[str, Any]:
+def bench_compiled(rounds: int, steps: int, backend: str = "inductor") -> dict[str, Any]:
     """Compiled bare vs compiled watched tiny MLP (watch attached before compiling), and whether it recorded.
 
-    Both models share their classes' code, and dynamo does not guard on module hooks by default: the second
-    model compiled would silently reuse the first one's graph (without or with the hooks). Guarding on hooks
-    here gives each model its own graph.
+    dynamo caches compiled code per code object and does not guard on module hooks by default, so two models of
+    one class would share one graph (without or with the hooks). Each model here gets a root class with a forward
+    of its own (`_own_code`), hence its own graph.
     """
     from hookscope.watch import watch
 
     torch.manual_seed(0)
     results: dict[str, list[float]] = {"bare": [], "watched": []}
     runners, watchers = {}, []
-    with torch._dynamo.config.patch(skip_nnmodule_hook_guards=False):
-        for config in results:
-            model, x, y = tiny()
-            optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-            if config == "watched":
-                watchers.append(watch(model, optimizer))
-                watchers[-1].attach()
-            compiled = torch.compile(model, backend="aot_eager")
-            runners[config] = make_step(compiled, optimizer, x, y)
-            for _ in range(3):
-                runners[config]()
-        for _ in range(rounds):
-            for config, step in runners.items():
-                results[config].append(time_round(step, steps))
+    for config in results:
+        model, x, y = tiny()
+        model = _own_code(model)
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+        if config == "watched":
+            watchers.append(watch(model, optimizer, capacity=None))
+            watchers[-1].attach()
+        compiled = torch.compile(model, backend=backend)
+        runners[config] = make_step(compiled, optimizer, x, y)
+        for _ in range(3):
+            runners[config]()
+    for _ in range(rounds):
+        for config, step in runners.items():
+            results[config].append(time_round(step, steps))
     for watcher in watchers:
         watcher.detach()
     summary = summarize(results)
     recorded = watchers[0].results().activations["0"]["count"] if watchers else torch.zeros(0)
     summary["watched"]["recorded_steps"] = int(torch.isfinite(recorded).sum())
+    summary["watched"]["steps"] = int(recorded.numel())
     return summary
+
+
+def _own_code(model: nn.Sequential) -> nn.Module:
+    """`model`'s layers under a root whose forward is a code object of its own (what dynamo caches graphs by)."""
+    namespace: dict[str, Any] = {}
+    exec("def forward(self, x):\n    for layer in self:\n        x = layer(x)\n    return x\n", namespace)
+    root = type("OwnSequential", (nn.Sequential,), {"forward": namespace["forward"]})
+    return root(*model)
 
 
 def peak_rss_growth(steps: int) -> dict[str, float]:
@@ -335,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=None, help="steps per round (default: per model, STEPS)")
     parser.add_argument("--memory-steps", type=int, default=None, help="watched tiny-MLP steps for the RSS check")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile pair")
+    parser.add_argument("--compile-backend", default="inductor", help="torch.compile backend of the compiled pair")
     parser.add_argument("--repeat", type=int, default=1, help="measure each model this many times (noisy machines)")
     parser.add_argument("--device", default="cpu", help="where the models run (cpu, cuda)")
     parser.add_argument("--out", default=str(HERE / "results" / "overhead.json"))
@@ -375,11 +385,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nskipped (not in this checkout): {', '.join(skipped)}")
     if available("watch") and not args.no_compile:
         tiny_steps = args.steps or (max(2, STEPS["tiny"] // 10) if args.quick else STEPS["tiny"])
-        report["compiled_tiny"] = bench_compiled(rounds, tiny_steps)
+        report["compiled_tiny"] = bench_compiled(rounds, tiny_steps, args.compile_backend)
         compiled = report["compiled_tiny"]["watched"]
         print(
-            f"\ntorch.compile (aot_eager), tiny MLP: watched/bare = {compiled['median_ratio']:.3f} "
-            f"({compiled['q1']:.3f}-{compiled['q3']:.3f}), {compiled['recorded_steps']} steps recorded"
+            f"\ntorch.compile ({args.compile_backend}), tiny MLP: watched/bare = {compiled['median_ratio']:.3f} "
+            f"({compiled['q1']:.3f}-{compiled['q3']:.3f}), {compiled['recorded_steps']} of {compiled['steps']} steps "
+            "recorded"
         )
     if available("watch") and memory_steps:
         report["peak_rss_mib"] = peak_rss_growth(memory_steps)
