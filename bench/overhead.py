@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import platform
 import resource
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -185,12 +187,21 @@ def available(name: str) -> bool:
 
 
 def time_round(step: Step, steps: int) -> float:
+    """Mean seconds per step over `steps` steps. As `timeit`, the cyclic garbage collector is off while timing
+    (collected before), so its pauses do not land at random in one configuration's round."""
+    gc.collect()
     _synchronize()
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    _synchronize()
-    return (time.perf_counter() - start) / steps
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        _synchronize()
+        return (time.perf_counter() - start) / steps
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _synchronize() -> None:
@@ -289,8 +300,15 @@ def _own_code(model: nn.Sequential) -> nn.Module:
 
 
 def peak_rss_growth(steps: int) -> dict[str, float]:
-    """Peak RSS (MiB) after `steps` bare tiny-MLP steps, then after 10% and 100% of `steps` watched steps of the
-    same model: the watched peak should sit a fixed amount above the bare one, and not grow with steps."""
+    """Peak RSS (MiB) of a fresh process after `steps` bare tiny-MLP steps, then after 10% and 100% of `steps`
+    watched steps of the same model: the watched peak should sit a fixed amount above the bare one and not grow
+    with steps. A process of its own: the peak of this one is the largest model's."""
+    probe = [sys.executable, str(Path(__file__).resolve()), "--rss-probe", str(steps)]
+    done = subprocess.run(probe, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _rss_probe(steps: int) -> dict[str, float]:
     from hookscope.watch import watch
 
     model, x, y = tiny()
@@ -348,7 +366,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=1, help="measure each model this many times (noisy machines)")
     parser.add_argument("--device", default="cpu", help="where the models run (cpu, cuda)")
     parser.add_argument("--out", default=str(HERE / "results" / "overhead.json"))
+    parser.add_argument("--rss-probe", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.rss_probe is not None:  # the fresh process of peak_rss_growth
+        print(json.dumps(_rss_probe(args.rss_probe)))
+        return 0
     rounds = args.rounds or (3 if args.quick else 15)
     memory_steps = args.memory_steps if args.memory_steps is not None else (200 if args.quick else 10_000)
     models = [m for m in args.models.split(",") if m]
@@ -394,7 +416,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     if available("watch") and memory_steps:
         report["peak_rss_mib"] = peak_rss_growth(memory_steps)
-        print(f"\npeak RSS of a {memory_steps}-step watched tiny run (MiB): {report['peak_rss_mib']}")
+        print(
+            f"\npeak RSS (MiB) of a fresh process, {memory_steps} bare then watched tiny steps: "
+            f"{report['peak_rss_mib']}"
+        )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2))
