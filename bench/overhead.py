@@ -316,13 +316,26 @@ def _rss_probe(steps: int) -> dict[str, float]:
     step = make_step(model, optimizer, x, y)
     for _ in range(steps):
         step()
-    marks = {"bare": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    marks = {"bare": _peak_rss_mib()}
     with watch(model, optimizer):
         for index in range(steps):
             step()
             if index + 1 in (steps // 10, steps):
-                marks[f"watched_after_{index + 1}"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+                marks[f"watched_after_{index + 1}"] = _peak_rss_mib()
     return marks
+
+
+def _peak_rss_mib() -> float:
+    """This process's peak RSS: Linux's VmHWM (reset by exec; `ru_maxrss` survives exec, so a child started
+    by a large parent would report the parent's peak), else `ru_maxrss`."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def machine(device: str) -> str:

@@ -5,7 +5,8 @@ closed step's log waits (`defer`) until `PENDING_STEPS` logs or `PENDING_VALUES`
 the rows are read; `write_pending` then writes them all into their rows with a fixed number of torch calls: one
 batched pass over the small tensors of every pending step (`_batch.py`), one `index_copy_` / `index_add_` per
 group of large ones. Index tensors and layouts are cached per arrangement, so steady training builds nothing
-per step. Histogram ranges and unit activity counts live here too (`HistState`, `UnitTable`), on the device.
+per step. Histogram ranges live here too (`HistState`) and the unit activity counts it updates (`_units.py`), on
+the device.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from ._batch import BatchLayout, HistState, Part, RowPart, hist_into_row, hist_p
 from ._buffers import ACTIVATION, OUTPUT_GRAD, PARAM_GRAD, StepBuffers
 from ._kernels import grad_vector, merge_activation, scale_from_bound, unit_dims
 from ._options import WatchOptions
+from ._units import UnitTable
 
-__all__ = ["StepLog", "StepWriter", "UnitTable"]
+__all__ = ["StepLog", "StepWriter"]
 
 _CACHE = 64  # layouts and index tensors kept per watch (cleared beyond; a steady loop needs a handful)
 PENDING_STEPS = 32
@@ -63,45 +65,6 @@ SmallEntry = tuple[int, tuple[int, ...], torch.Tensor, torch.Tensor | None, int]
 `None`), trusted because no in-place op changed it after its hook in an earlier step, and checked again by its
 version counter, or a copy of `source` (whose version is checked to learn whether the copy can be skipped
 later), or an owned copy (`source` `None`, `version` -1)."""
-
-
-class UnitTable:
-    """Per-unit activity counts of every module in one flat tensor; position 0 absorbs values without a unit."""
-
-    def __init__(self, modules: int) -> None:
-        self.slots: list[tuple[int, int] | None] = [None] * modules
-        self.flat: torch.Tensor | None = None
-        self.size = 1
-
-    def slot(self, index: int, units: int, device: torch.device) -> int | None:
-        """The first position of module `index`'s `units` counts (allocated once); `None` if its count changed."""
-        slot = self.slots[index]
-        if slot is not None:
-            return slot[0] if slot[1] == units else None
-        start, self.size = self.size, self.size + units
-        self.slots[index] = (start, units)
-        flat = self.flat
-        if flat is None or flat.numel() < self.size:
-            dtype = torch.float32 if device.type == "mps" else torch.float64
-            grown = torch.zeros(max(2 * self.size, 64), dtype=dtype, device=device if flat is None else flat.device)
-            if flat is not None:
-                grown[: flat.numel()] = flat
-            self.flat = grown
-        return start
-
-    def views(self) -> list[torch.Tensor | None]:
-        """Per module, its counts (`None` before its first observation)."""
-        flat = self.flat
-        return [None if s is None or flat is None else flat[s[0] : s[0] + s[1]] for s in self.slots]
-
-    def load(self, units: list[torch.Tensor | None]) -> None:
-        """Replace the counts by `units` (one tensor or `None` per module)."""
-        self.slots, self.flat, self.size = [None] * len(units), None, 1
-        for index, counts in enumerate(units):
-            if counts is not None:
-                start = self.slot(index, counts.numel(), counts.device)
-                if self.flat is not None and start is not None:
-                    self.flat[start : start + counts.numel()] = counts.reshape(-1)
 
 
 class StepWriter:

@@ -1,4 +1,4 @@
-"""`watch()`: one line that monitors a model while it trains, as a `Callback` with its own plain-loop driver."""
+"""`Watch`: the callback that monitors a model while it trains, with its own plain-loop driver (`watch()` makes one)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from ._sinks import Sink
 from ._state import apply_recorder_state, load_watch_state, watch_state
 from ._store import SeriesStore
 
-__all__ = ["ACTIVATION_TYPES", "Watch", "watch"]
+__all__ = ["ACTIVATION_TYPES", "Watch", "default_selector"]
 
 ACTIVATION_TYPES: tuple[type[nn.Module], ...] = (
     nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.RReLU, nn.ELU, nn.CELU, nn.SELU, nn.GELU, nn.SiLU, nn.Mish, nn.Hardswish,
@@ -371,99 +371,6 @@ class Watch(Callback):
             ValueError: `state` is not a watch state dict of this version.
         """
         load_watch_state(self, state)
-
-
-def watch(
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer | None = None,
-    *,
-    select: Selector = None,
-    every: int = 1,
-    train_only: bool = True,
-    groups: Iterable[str] = GROUPS,
-    capacity: int | None = 1024,
-    buffer_steps: int = 64,
-    hist_bins: int = 40,
-    hist_range: tuple[float, float] | None = None,
-    near_zero: float = 1e-3,
-    check_nonfinite: bool = True,
-    sinks: Iterable[Sink] = (),
-    doctor: bool = False,
-    doctor_every: int = 100,
-    scaler: torch.amp.GradScaler | None = None,
-) -> Watch:
-    """Monitor `model` while it trains: use as `with watch(model, opt) as w: <train>`, then `w.results()`.
-
-    For the modules `select` picks, records per step: activation statistics of each output (`ACTIVATION_STATS`:
-    mean, std, RMS, min/max, near-zero fraction, non-finite count, saturation) and a histogram; the gradient
-    norm and non-finite count of each output and of each parameter (`GRAD_STATS`); given the optimizer, the
-    update-to-weight ratio of each parameter; the loss when `log_loss` is called. Also the activity of each unit
-    (fraction > 0), units with identical weights, and where values first became non-finite (forward and
-    backward, with the step) -- kept on the device, so no host sync per step. Statistics stay in device buffers
-    and move to the host every `buffer_steps` recorded steps, when read, and at the end.
-
-    Cost: an output or gradient of 32768 values or more is described as soon as its hook sees it, in a few
-    passes (its gradients' non-finite column is then a flag: 1 when the gradient's norm is not finite, rather than
-    an exact count, which would take three more passes); smaller tensors are kept, and those of up to 32 steps
-    are described together with a fixed number of torch calls. Steps `every` skips cost one min/max per output, or
-    nothing with `check_nonfinite=False`. Attached before `torch.compile`, the hooks compile into the graph
-    without graph breaks, and the statistics are the same as in eager mode (compiled backwards cannot report the
-    order they ran in: `first_nonfinite` assumes the reverse of the forward order).
-
-    A step is one training-mode forward of `model` (the root), or one optimizer step when `optimizer` is given
-    (forwards of gradient accumulation then merge into one step). Modules selected but never run in a step are
-    listed in `results().unobserved` with advice, and warned about once.
-
-    Args:
-        model: The model to watch.
-        optimizer: Its optimizer: steps count its steps, update ratios are recorded.
-        select: Which modules (a `hookscope.hooks` selector); default: modules with parameters of their own and
-            activation modules (`ACTIVATION_TYPES`).
-        every: Record one step in `every`.
-        train_only: Record training-mode forwards only (`False`: eval-mode forwards are steps too).
-        groups: What to collect, from `GROUPS` (default: all).
-        capacity: The most recorded steps kept on the host (`None`: all). When full, every other step is dropped
-            (`dropped["capacity"]`) and the recording rate halves, so the series span the whole run.
-        buffer_steps: Recorded steps held on the device between two transfers.
-        hist_bins: Histogram bins.
-        hist_range: `(low, high)` of the histograms; `None`: symmetric, from each module's first record.
-        near_zero: The `near_zero` statistic counts values with `|x| <= near_zero`.
-        check_nonfinite: Also check the steps `every` skips for non-finite outputs and gradients (one pass per
-            output; the recorded steps are always checked).
-        sinks: Where to send each flushed block of steps (`CSVSink`, `JSONLSink`, `TensorBoardSink`).
-        doctor: Run `hookscope.doctor` every `doctor_every` recorded steps and warn once per finding.
-        doctor_every: See `doctor`.
-        scaler: The `torch.amp.GradScaler` of a mixed-precision loop (needs `optimizer`): output-gradient norms
-            are divided by the loss scale of their backward (read on the device, no sync), and a step the scaler
-            skips (non-finite gradients) is a step of its own, listed in `results().skipped_steps`, with no
-            parameter gradients or update ratios. Without it, such a step's forward merges into the next step.
-            Parameter-gradient norms are unscaled either way (`scaler.step` unscales before the optimizer).
-
-    Returns:
-        The `Watch` (not attached yet: `with` or `attach()` attaches it).
-
-    Raises:
-        ValueError: an option is out of range.
-        TypeError: `model` is not an `nn.Module` (or is a TorchScript module), a sink lacks `write`/`close`.
-
-    Example:
-        >>> import torch, torch.nn as nn
-        >>> model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
-        >>> opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        >>> with watch(model, opt) as w:
-        ...     for _ in range(3):
-        ...         loss = model(torch.randn(16, 4)).pow(2).mean()
-        ...         w.log_loss(loss)
-        ...         loss.backward(); opt.step(); opt.zero_grad()
-        >>> r = w.results()
-        >>> r.steps.tolist(), list(r.layers), sorted(r.activations["0"])[:3]
-        ([0, 1, 2], ['0', '1', '2'], ['max', 'mean', 'min'])
-    """
-    return Watch(
-        model, optimizer, select=select, every=every, train_only=train_only, groups=groups, capacity=capacity,
-        buffer_steps=buffer_steps, hist_bins=hist_bins, hist_range=hist_range, near_zero=near_zero,
-        check_nonfinite=check_nonfinite, sinks=sinks, doctor=doctor, doctor_every=doctor_every, scaler=scaler,
-    )  # fmt: skip
 
 
 def _alive(ref: weakref.ref[Any] | None) -> Any:
