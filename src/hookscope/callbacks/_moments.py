@@ -186,8 +186,12 @@ class RecordWriter:
     _scratch: dict[torch.device, torch.Tensor]
 
     def _keep_small(self, row: int, index: int, x: torch.Tensor) -> None:
-        self._small.append((row, index, x.to(torch.float64, copy=True)))  # a copy: in-place ops may follow
-        self._small_values += x.numel()
+        self._keep_owned(row, index, x.to(torch.float64, copy=True))  # a copy: in-place ops may follow
+
+    def _keep_owned(self, row: int, index: int, values: torch.Tensor) -> None:
+        """Keep a float64 copy of a small output of record `row` until the pending ones are described."""
+        self._small.append((row, index, values))
+        self._small_values += values.numel()
 
     def _describe_large(self, row: int, index: int, flat: torch.Tensor) -> None:
         scratch = scratch_like(self._scratch, flat)
@@ -230,8 +234,7 @@ class RecordWriter:
         traced, self._traced = self._traced, []
         for index, tensor in traced if row >= 0 else ():
             if tensor.numel() < BATCH_BELOW:
-                self._small.append((row, index, tensor))
-                self._small_values += tensor.numel()
+                self._keep_owned(row, index, tensor)  # traced hooks copied it (float64)
             else:
                 self._describe_large(row, index, tensor.reshape(-1))
         if self._large:

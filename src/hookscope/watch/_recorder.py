@@ -329,8 +329,7 @@ class Recorder(ParamRecorder):
             if kind != ACTIVATION:
                 continue
             if tensor.numel() < BATCH_BELOW:
-                log.small[ACTIVATION].append((index, tensor.shape, tensor, None, -1))
-                log.values += tensor.numel()
+                self.keep_owned(log, ACTIVATION, index, tensor)
             else:
                 self.describe_large(log, index, tensor, self.module_refs[index]())
         if log.traced:

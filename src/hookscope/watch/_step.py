@@ -239,13 +239,19 @@ class StepWriter:
 
     def keep_small(self, log: StepLog, kind: int, index: int, tensor: torch.Tensor) -> None:
         """Keep a small tensor of the step: the tensor itself when trusted, else a float32 copy."""
-        log.values += tensor.numel()
         if tensor.dtype != torch.float32:
-            log.small[kind].append((index, tensor.shape, tensor.float(), None, -1))
-        elif (kind, index) in self.referenced:
+            self.keep_owned(log, kind, index, tensor.float())
+            return
+        log.values += tensor.numel()
+        if (kind, index) in self.referenced:
             log.small[kind].append((index, tensor.shape, tensor, None, tensor._version))
         else:
             log.small[kind].append((index, tensor.shape, tensor.clone(), tensor, tensor._version))
+
+    def keep_owned(self, log: StepLog, kind: int, index: int, tensor: torch.Tensor) -> None:
+        """Keep a small float32 tensor that only the log holds (a copy made for it)."""
+        log.small[kind].append((index, tensor.shape, tensor, None, -1))
+        log.values += tensor.numel()
 
     def _write_small(
         self,
