@@ -206,7 +206,7 @@ def test_repr_names_the_reducer_module_and_state() -> None:
     relu = nn.ReLU()
     monitor = OutputMonitor(StatsReducer(), module=relu)
     text = repr(monitor)
-    assert text == "OutputMonitor(reducer=StatsReducer(correction=0), module=ReLU, path=None, registered)"
+    assert text == "OutputMonitor(reducer=StatsReducer(near_zero=0.001), module=ReLU, path=None, registered)"
     del relu
     assert repr(monitor).endswith("module=None, path=None, not registered)")
 

@@ -180,4 +180,4 @@ def test_state_is_on_the_device_given_by_to() -> None:
     stats = StatsReducer().to("cpu")
     stats.push(torch.ones(2))
     assert stats.device == torch.device("cpu")
-    assert repr(stats) == "StatsReducer(correction=0)"
+    assert repr(stats) == "StatsReducer(near_zero=0.001)"

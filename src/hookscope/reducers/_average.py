@@ -102,7 +102,8 @@ class EMAReducer(_RunningReducer):
         return {"alpha": self.alpha, "on_shape_change": self.on_shape_change}
 
     def _fold(self, value: torch.Tensor, tensor: torch.Tensor) -> torch.Tensor:
-        return value + self.alpha * (tensor - value)
+        # A weighted sum of the two, never their difference: finite extremes of opposite signs cannot overflow.
+        return value * (1 - self.alpha) + tensor * self.alpha
 
 
 class CAReducer(_RunningReducer):
@@ -124,4 +125,4 @@ class CAReducer(_RunningReducer):
         return {"on_shape_change": self.on_shape_change}
 
     def _fold(self, value: torch.Tensor, tensor: torch.Tensor) -> torch.Tensor:
-        return value + (tensor - value) / self._count
+        return value * ((self._count - 1) / self._count) + tensor / self._count  # no difference: no overflow

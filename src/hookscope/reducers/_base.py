@@ -15,31 +15,12 @@ from typing import Any, ClassVar, TypeVar
 
 import torch
 
+from ..stats import accumulate_dtype, wide_dtype
 from ._state import load_state, save_state
 
-__all__ = ["Reducer", "accumulate_dtype", "wide_dtype"]
+__all__ = ["Reducer", "accumulate_dtype", "wide_dtype"]  # the dtype rules are the engine's (hookscope.stats)
 
 ReducerT = TypeVar("ReducerT", bound="Reducer")
-
-
-def wide_dtype(device: torch.device) -> torch.dtype:
-    """Return the widest float dtype `device` computes in: float64, or float32 on MPS (no float64 there)."""
-    return torch.float32 if device.type == "mps" else torch.float64
-
-
-def accumulate_dtype(dtype: torch.dtype, device: torch.device) -> torch.dtype:
-    """Return the dtype to accumulate values of `dtype` in: float32 for 16/32-bit floats, wide otherwise.
-
-    Raises:
-        TypeError: `dtype` is complex.
-    """
-    if dtype.is_complex:
-        raise TypeError(
-            f"tensors pushed into a reducer must be real, got dtype {dtype}; push x.abs() or torch.view_as_real(x)"
-        )
-    if dtype.is_floating_point and dtype != torch.float64:
-        return torch.float32
-    return wide_dtype(device)
 
 
 class Reducer(ABC):

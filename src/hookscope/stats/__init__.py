@@ -1,0 +1,79 @@
+"""The statistics engine: every statistic hookscope reports is defined here, once.
+
+Everything that describes tensors sits on this package: the reducers (`StatsReducer`, `HistogramReducer`), the
+callbacks (`ActivationStats`), `watch()`, the weight tools and the distributed merges. It depends on torch only.
+
+- `_record.py`: the moments record (count, mean, deviation, min, max, non-finite, near-zero, saturated, sampled
+  counts), `combine` (Chan's formulas, scaled: never overflows) and `finalize` (the statistics users read).
+- `_spec.py`: what a description counts (the near-zero rule, a saturating module's bounds); accumulation dtypes.
+- `_describe.py`: one tensor, exactly (`describe`, the reference) or from a sample (`describe_large`).
+- `_sample.py`: which values describe a large tensor (a systematic sample at a prime stride).
+- `_batched.py`: many small tensors at once, by segment reductions.
+- `_histogram.py`: the one histogram kernel and its range policy (power-of-two ranges that follow the data and
+  re-bin exactly; fixed ranges count what falls outside).
+- `_norms.py`: norms of gradients, updates and weights, and the update-to-weight ratio.
+- `_units.py`: unit activity.
+"""
+
+from ._batched import Segments, describe_segments, norm_segments
+from ._describe import Described, describe, describe_large
+from ._histogram import (
+    EXPONENT_NONE,
+    OVERFLOW,
+    UNDERFLOW,
+    auto_edges,
+    check_bins,
+    check_range,
+    counts,
+    exponent_of,
+    fixed_edges,
+    rebin,
+    segment_counts,
+)
+from ._norms import NORM, combine_norms, norm_of, ratio_of_norms, real_view
+from ._record import RECORD, STATISTICS, Column, combine, empty, finalize, from_statistics
+from ._sample import SAMPLE_ABOVE, SAMPLE_SIZE, Sampler
+from ._spec import NEAR_ZERO, Spec, accumulate_dtype, wide_dtype
+from ._units import active, unit_counts, unit_dims
+
+__all__ = [
+    "EXPONENT_NONE",
+    "NEAR_ZERO",
+    "NORM",
+    "OVERFLOW",
+    "RECORD",
+    "SAMPLE_ABOVE",
+    "SAMPLE_SIZE",
+    "STATISTICS",
+    "UNDERFLOW",
+    "Column",
+    "Described",
+    "Sampler",
+    "Segments",
+    "Spec",
+    "accumulate_dtype",
+    "active",
+    "auto_edges",
+    "check_bins",
+    "check_range",
+    "combine",
+    "combine_norms",
+    "counts",
+    "describe",
+    "describe_large",
+    "describe_segments",
+    "empty",
+    "exponent_of",
+    "finalize",
+    "fixed_edges",
+    "from_statistics",
+    "norm_of",
+    "norm_segments",
+    "ratio_of_norms",
+    "real_view",
+    "rebin",
+    "segment_counts",
+    "unit_counts",
+    "unit_dims",
+    "wide_dtype",
+]

@@ -1,0 +1,178 @@
+"""The one histogram kernel and its range policy.
+
+Automatic range (the default everywhere): each histogram covers `[-2**e, 2**e)` where `2**e` is the smallest
+power of two strictly above the largest finite magnitude it counts, in `bins` equal bins (`bins` even). Two
+histograms of the same bins but different exponents combine exactly: the one with the smaller exponent is
+re-binned (`rebin`) by merging groups of `2**(E - e)` adjacent bins, because power-of-two edges nest. So a
+histogram follows the data as a run goes (its range widens when larger values arrive; nothing is ever clamped
+into an end bin), and histograms of different steps, records or ranks are brought to one range without
+approximation. A histogram of zeros only has the exponent `EXPONENT_NONE` (below any other: neutral in a max).
+
+Fixed range `(low, high)`: `bins` equal bins, `[edge_i, edge_i+1)` with the last one closed, as
+`numpy.histogram`; values below or above are counted in the two extra columns `UNDERFLOW` and `OVERFLOW`.
+
+Counts are float64 rows of `bins + 2` columns (the bins, underflow, overflow). Non-finite values are counted
+in no column (the moments record counts them). Everything stays on the device.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+__all__ = [
+    "EXPONENT_MAX",
+    "EXPONENT_MIN",
+    "EXPONENT_NONE",
+    "auto_edges",
+    "check_bins",
+    "check_range",
+    "counts",
+    "exponent_of",
+    "fixed_edges",
+    "rebin",
+    "segment_counts",
+]
+
+EXPONENT_NONE = -1100
+"""The exponent of a histogram with no non-zero finite value (its values all sit in the middle bin)."""
+EXPONENT_MIN = -1021
+"""The smallest exponent used: magnitudes below 2**-1022 (subnormal) share the middle bins."""
+EXPONENT_MAX = 1024
+"""2**1024 is just above the largest float64."""
+UNDERFLOW, OVERFLOW = -2, -1
+"""Columns of the counts of values below / above a fixed range."""
+
+
+def check_bins(bins: object, automatic: bool) -> int:
+    """Return `bins` checked: a positive int, even for the automatic range (so that the edges nest).
+
+    Raises:
+        ValueError: it is not.
+    """
+    if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1 or (automatic and bins % 2):
+        rule = "a positive even int (the automatic range doubles symmetrically)" if automatic else "a positive int"
+        raise ValueError(f"bins must be {rule}, got {bins!r}")
+    return bins
+
+
+def check_range(name: str, bounds: object) -> tuple[float, float] | None:
+    """Return `bounds` as `(low, high)` floats, or `None`.
+
+    Raises:
+        ValueError: it is not a pair of finite numbers with low < high.
+    """
+    if bounds is None:
+        return None
+    valid = isinstance(bounds, (tuple, list)) and len(bounds) == 2
+    valid = valid and all(isinstance(b, (int, float)) and not isinstance(b, bool) and math.isfinite(b) for b in bounds)
+    if not valid or not bounds[0] < bounds[1]:  # type: ignore[index]
+        raise ValueError(
+            f"{name} must be a pair (low, high) of finite numbers with low < high, or None (a range that follows "
+            f"the data), got {bounds!r}"
+        )
+    low, high = bounds  # type: ignore[misc]
+    return float(low), float(high)
+
+
+def exponent_of(largest: torch.Tensor) -> torch.Tensor:
+    """The int64 exponent `e` of the automatic range of values whose largest finite magnitude is `largest`:
+    `2**e` is the smallest power of two strictly above it (`EXPONENT_NONE` for 0, NaN or inf); elementwise."""
+    _, exponent = torch.frexp(largest.double())  # largest = m * 2**e with 0.5 <= m < 1: largest < 2**e
+    exponent = exponent.long().clamp(min=EXPONENT_MIN)
+    valid = (largest > 0) & torch.isfinite(largest)
+    return torch.where(valid, exponent, torch.full_like(exponent, EXPONENT_NONE))
+
+
+def _codes(
+    values: torch.Tensor, finite: torch.Tensor, bins: int, exponent: torch.Tensor | None, bounds: tuple[float, float]
+) -> torch.Tensor:
+    """Column of each value: its bin, `bins` (underflow), `bins + 1` (overflow) or `bins + 2` (not finite)."""
+    if exponent is not None:  # automatic range: every finite value is inside [-2**e, 2**e)
+        scale = torch.exp2(-exponent.clamp(min=EXPONENT_MIN).double())
+        code = ((values * scale + 1.0) * (bins / 2)).floor_().clamp_(0, bins - 1)
+    else:  # fixed range: the bin whose edges (`fixed_edges`) hold the value, as numpy.histogram finds it
+        low, high = bounds
+        edges = fixed_edges(bounds, bins).to(values.device)
+        code = ((values - low) / _step(bounds, bins)).floor_().nan_to_num_(bins - 1.0).clamp_(0, bins - 1)
+        index = code.long()
+        code = code - (values < edges.index_select(0, index)).double()
+        code = code + ((values >= edges.index_select(0, index + 1)) & (index < bins - 1)).double()
+        code = torch.where(values < low, float(bins), torch.where(values > high, float(bins + 1), code))
+    return torch.where(finite > 0, code, float(bins + 2)).long()
+
+
+def _step(bounds: tuple[float, float], bins: int) -> float:
+    """The width of a bin of a fixed range (computed in halves when high - low overflows)."""
+    low, high = bounds
+    width = high - low
+    return width / bins if math.isfinite(width) else 2 * ((high / 2 - low / 2) / bins)
+
+
+def counts(
+    values: torch.Tensor,
+    finite: torch.Tensor,
+    bins: int,
+    exponent: torch.Tensor | None = None,
+    bounds: tuple[float, float] = (0.0, 1.0),
+    weight: torch.Tensor | float = 1.0,
+) -> torch.Tensor:
+    """Return the (bins + 2,) float64 counts of the finite `values` (float64, flat; `finite` their 0/1 mask):
+    over the automatic range of `exponent` (a 0-d int64 tensor), or over `bounds` when `exponent` is `None`;
+    each value counts `weight`."""
+    code = _codes(values, finite, bins, exponent, bounds)
+    weights = torch.as_tensor(weight, dtype=torch.float64, device=values.device).expand(values.shape)
+    return torch.bincount(code, weights=weights, minlength=bins + 3)[: bins + 2]
+
+
+def segment_counts(
+    values: torch.Tensor,
+    finite: torch.Tensor,
+    segment: torch.Tensor,
+    groups: int,
+    bins: int,
+    exponents: torch.Tensor | None = None,
+    bounds: tuple[float, float] = (0.0, 1.0),
+) -> torch.Tensor:
+    """Return the (groups, bins + 2) float64 counts of values in groups (`segment[i]`: the group of value `i`),
+    each group over the automatic range of its exponent (`exponents`, (groups,) int64) or over `bounds`: one
+    `bincount` for all of them."""
+    exponent = None if exponents is None else exponents.index_select(0, segment)
+    code = _codes(values, finite, bins, exponent, bounds)
+    code = torch.where(code > bins + 1, groups * (bins + 2), code + segment * (bins + 2))
+    return torch.bincount(code, minlength=groups * (bins + 2) + 1)[:-1].double().view(groups, bins + 2)
+
+
+def rebin(hist: torch.Tensor, exponent: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Re-bin automatic-range counts (..., bins + 2) of exponents `exponent` (...) onto `target` (>= them): bin
+    `i` moves to `floor((i - bins/2) / 2**(target - exponent)) + bins/2`. Exact (the edges nest)."""
+    bins = hist.shape[-1] - 2
+    half = bins // 2
+    shift = (target - exponent).clamp(0, 62).unsqueeze(-1)
+    offsets = torch.arange(bins, device=hist.device, dtype=torch.int64) - half
+    moved = torch.bitwise_right_shift(offsets, shift) + half  # arithmetic shift: floor division by 2**shift
+    out = torch.zeros_like(hist)
+    out[..., :bins].scatter_add_(-1, moved.expand(hist[..., :bins].shape), hist[..., :bins])
+    out[..., bins:] = hist[..., bins:]
+    return out
+
+
+def auto_edges(exponent: int, bins: int) -> torch.Tensor:
+    """The (bins + 1,) float64 edges of the automatic range `2**exponent` (radius 1 for `EXPONENT_NONE`); edges
+    beyond the largest float64 are shown as it."""
+    exponent = 0 if exponent <= EXPONENT_NONE else exponent
+    steps = torch.arange(bins + 1, dtype=torch.float64) * (2.0 / bins) - 1.0
+    half = exponent // 2
+    edges = steps * math.ldexp(1.0, half) * math.ldexp(1.0, exponent - half)
+    largest = torch.finfo(torch.float64).max
+    return edges.clamp(-largest, largest)
+
+
+def fixed_edges(bounds: tuple[float, float], bins: int) -> torch.Tensor:
+    """The (bins + 1,) float64 edges of a fixed range: `low + k * step` as numpy.histogram makes them, the last one
+    exactly `high` (never overflowing, also for ranges near the float64 maximum)."""
+    low, high = bounds
+    edges = torch.arange(bins + 1, dtype=torch.float64) * _step(bounds, bins) + low
+    edges[-1] = high
+    return edges

@@ -1,0 +1,202 @@
+"""The statistics engine against the one float64 NumPy oracle: every path, every dtype, NaN/inf, extremes."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from stats_oracle import Expected, auto_exponent, auto_histogram, close, expected, fixed_histogram, values_of
+
+from hookscope import stats
+
+DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+SETTINGS = settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+
+
+@st.composite
+def tensors(draw: st.DrawFn, max_size: int = 300) -> torch.Tensor:
+    """Random shapes and dtypes; normal values at a random scale and offset, constants, extremes near the dtype's
+    largest finite value, and a sprinkle of NaN and ±inf."""
+    dtype = draw(st.sampled_from(DTYPES))
+    size = draw(st.integers(0, max_size))
+    kind = draw(st.sampled_from(("normal", "constant", "extreme", "tiny", "integers")))
+    generator = torch.Generator().manual_seed(draw(st.integers(0, 2**31)))
+    largest = torch.finfo(dtype).max
+    if kind == "normal":
+        scale = 10.0 ** draw(st.integers(-6, 6))
+        offset = draw(st.sampled_from((0.0, 1.0, -50.0, 1e4)))
+        values = torch.randn(size, generator=generator, dtype=torch.float64) * scale + offset
+    elif kind == "constant":
+        values = torch.full((size,), draw(st.sampled_from((0.0, 1.0, -3.5, 1e-3, 0.05))), dtype=torch.float64)
+    elif kind == "extreme":
+        values = (torch.rand(size, generator=generator, dtype=torch.float64) * 0.1 + 0.9) * largest
+        values *= torch.randint(0, 2, (size,), generator=generator) * 2 - 1
+    elif kind == "tiny":
+        values = torch.randn(size, generator=generator, dtype=torch.float64) * torch.finfo(dtype).tiny
+    else:
+        values = torch.randint(-3, 4, (size,), generator=generator).double()
+    x = values.to(dtype)
+    sprinkle = draw(st.sampled_from((0, 0, 1, 3)))
+    if size and sprinkle:
+        picks = torch.randint(0, size, (sprinkle,), generator=generator)
+        x[picks] = torch.tensor([math.nan, math.inf, -math.inf], dtype=dtype)[torch.arange(sprinkle) % 3]
+    return x
+
+
+def check(statistics: torch.Tensor, wanted: Expected, rtol: float = 1e-9) -> None:
+    """Compare finalized statistics with the oracle, relative to the largest finite magnitude."""
+    got = dict(zip(stats.STATISTICS, statistics.tolist(), strict=True))
+    scale = max(abs(wanted.min), abs(wanted.max)) if wanted.count else 1.0
+    assert got["count"] == wanted.count
+    assert got["nonfinite"] == wanted.nonfinite
+    for name in ("mean", "std", "rms", "min", "max"):
+        assert close(got[name], getattr(wanted, name), scale, rtol), (name, got[name], getattr(wanted, name))
+    for name in ("near_zero", "saturated"):
+        assert close(got[name], getattr(wanted, name), 1.0, 1e-12), (name, got[name], getattr(wanted, name))
+    finite = [got[name] for name in ("mean", "std", "rms", "min", "max") if wanted.count]
+    assert all(math.isfinite(v) for v in finite), got  # finite inputs give finite statistics
+
+
+@SETTINGS
+@given(x=tensors(), signed=st.booleans(), bounded=st.booleans())
+def test_describe_matches_the_oracle(x: torch.Tensor, signed: bool, bounded: bool) -> None:
+    bounds = (-1.0, 1.0) if bounded else None
+    spec = stats.Spec(near_zero=0.05 if signed else 1e-3, signed=signed, bounds=bounds)
+    record = stats.describe(x, spec).record
+    check(stats.finalize(record), expected(values_of(x), spec.near_zero, signed, bounds))
+
+
+@SETTINGS
+@given(parts=st.lists(tensors(max_size=60), min_size=1, max_size=6))
+def test_combined_parts_equal_the_whole(parts: list[torch.Tensor]) -> None:
+    """Records split across steps or ranks and combined (Chan) equal the description of all values at once."""
+    spec = stats.Spec()
+    record = stats.empty()
+    for part in parts:
+        record = stats.combine(record, stats.describe(part, spec).record)
+    check(stats.finalize(record), expected(values_of(*parts)), rtol=1e-7)
+
+
+@SETTINGS
+@given(parts=st.lists(tensors(max_size=60), min_size=1, max_size=6), groups=st.integers(1, 3))
+def test_batched_segments_equal_the_oracle(parts: list[torch.Tensor], groups: int) -> None:
+    """Many small tensors described at once: each group (parts i, i + groups, ...) equals the oracle of its values."""
+    parts = [p for p in parts if p.dtype != torch.float64]  # float64 tensors take the exact single-tensor path
+    if not parts:
+        return
+    owner = [i % groups for i in range(len(parts))]
+    segments = stats.Segments([p.numel() for p in parts], owner, torch.device("cpu"), [(-1.0, 1.0)] * groups)
+    values = torch.cat([p.reshape(-1).double() for p in parts])
+    table = stats.finalize(stats.describe_segments(values, segments, stats.Spec()))
+    for group in range(max(owner) + 1):
+        members = [p for p, g in zip(parts, owner, strict=True) if g == group]
+        check(table[group], expected(values_of(*members), bounds=(-1.0, 1.0)), rtol=1e-7)
+
+
+@SETTINGS
+@given(x=tensors())
+def test_norms_match_the_oracle(x: torch.Tensor) -> None:
+    wanted = expected(values_of(x))
+    norm, nonfinite, count, sampled = stats.norm_of(x).tolist()
+    assert close(norm, wanted.norm, wanted.norm, 1e-9) or (math.isinf(norm) and wanted.norm > 1.7e308)
+    assert (nonfinite, count, sampled) == (wanted.nonfinite, x.numel(), 0)
+
+
+@SETTINGS
+@given(parts=st.lists(tensors(max_size=60), min_size=1, max_size=4))
+def test_norm_segments_and_combined_norms_match_the_oracle(parts: list[torch.Tensor]) -> None:
+    parts = [p for p in parts if p.dtype != torch.float64]
+    if not parts:
+        return
+    segments = stats.Segments([p.numel() for p in parts], list(range(len(parts))), torch.device("cpu"))
+    table = stats.norm_segments(torch.cat([p.reshape(-1).double() for p in parts]), segments)
+    total = torch.zeros(len(stats.NORM), dtype=torch.float64)
+    for row, part in zip(table, parts, strict=True):
+        wanted = expected(values_of(part))
+        assert close(float(row[0]), wanted.norm, wanted.norm, 1e-9)
+        assert float(row[1]) == wanted.nonfinite
+        total = stats.combine_norms(total, row)
+    everything = expected(values_of(*parts))
+    assert close(float(total[0]), everything.norm, everything.norm, 1e-9)
+
+
+@SETTINGS
+@given(x=tensors(), bins=st.sampled_from((2, 8, 40)))
+def test_automatic_histogram_matches_the_oracle(x: torch.Tensor, bins: int) -> None:
+    described = stats.describe(x, stats.Spec())
+    record = described.record
+    largest = torch.maximum(record[stats.Column.MIN].abs(), record[stats.Column.MAX].abs())
+    exponent = stats.exponent_of(torch.where(record[stats.Column.COUNT] > 0, largest, 0.0))
+    hist = stats.counts(described.values, described.finite, bins, exponent)
+    values = values_of(x)
+    wanted_exponent = auto_exponent(values)
+    if wanted_exponent is None:
+        assert int(exponent) == stats.EXPONENT_NONE
+        assert hist[: bins // 2].sum() == 0 and hist[bins // 2 + 1 :].sum() == 0
+        assert float(hist.sum()) == np.isfinite(values).sum()
+        return
+    assert int(exponent) == wanted_exponent
+    assert hist[:bins].tolist() == auto_histogram(values, bins, wanted_exponent).tolist()
+    assert hist[bins:].tolist() == [0.0, 0.0]  # nothing outside an automatic range
+
+
+@SETTINGS
+@given(parts=st.lists(tensors(max_size=80), min_size=2, max_size=5), bins=st.sampled_from((4, 40)))
+def test_histograms_of_different_ranges_rebin_exactly(parts: list[torch.Tensor], bins: int) -> None:
+    """Histograms of parts with their own ranges, re-binned to the widest and summed, equal one histogram of all."""
+    exponents, hists = [], []
+    for part in parts:
+        described = stats.describe(part, stats.Spec())
+        values = described.values[described.finite > 0]
+        exponent = stats.exponent_of(values.abs().amax() if values.numel() else torch.tensor(0.0))
+        exponents.append(exponent)
+        hists.append(stats.counts(described.values, described.finite, bins, exponent))
+    target = torch.stack(exponents).amax()
+    total = stats.rebin(torch.stack(hists), torch.stack(exponents), target).sum(0)
+    everything = values_of(*parts)
+    wanted_exponent = auto_exponent(everything)
+    if wanted_exponent is not None:
+        assert int(target) == wanted_exponent
+        assert total[:bins].tolist() == auto_histogram(everything, bins, wanted_exponent).tolist()
+
+
+@SETTINGS
+@given(x=tensors(), bounds=st.sampled_from(((-1.0, 1.0), (0.0, 0.5), (-1e300, 1e300), (-3.0, -1.0))))
+def test_fixed_histogram_counts_what_falls_outside(x: torch.Tensor, bounds: tuple[float, float]) -> None:
+    described = stats.describe(x, stats.Spec())
+    hist = stats.counts(described.values, described.finite, 10, None, bounds)
+    counts, below, above = fixed_histogram(values_of(x), 10, bounds)
+    assert hist[:10].tolist() == counts.tolist()
+    assert hist[stats.UNDERFLOW].item() == below and hist[stats.OVERFLOW].item() == above
+    edges = stats.fixed_edges(bounds, 10)
+    assert torch.isfinite(edges).all() and edges[0] == bounds[0] and edges[-1] == bounds[1]
+
+
+def test_edges_of_the_largest_exponents_are_finite() -> None:
+    x = torch.tensor([1.7e308, -1.0e308, 3.0], dtype=torch.float64)
+    described = stats.describe(x, stats.Spec())
+    exponent = stats.exponent_of(x.abs().amax())
+    assert int(exponent) == 1024
+    hist = stats.counts(described.values, described.finite, 40, exponent)
+    assert hist.sum().item() == 3
+    assert torch.isfinite(stats.auto_edges(1024, 40)).all()
+
+
+def test_extreme_bf16_and_float32_values_give_finite_statistics() -> None:
+    """The issue's cases: bf16 near 1e38 and float32 at +-3e38, described exactly and from a sample."""
+    for x in (torch.full((300_000,), 1e38, dtype=torch.bfloat16), torch.tensor([3e38, -3e38] * 100_000)):
+        for described in (stats.describe(x, stats.Spec()), stats.describe_large(x, stats.Spec(), stats.Sampler())):
+            values = stats.finalize(described.record)
+            assert torch.isfinite(values[:5]).all(), values
+            assert values[stats.STATISTICS.index("nonfinite")] == 0
+
+
+def test_one_nan_does_not_blind_the_statistics() -> None:
+    x = torch.tensor([1.0, 2.0, 3.0, math.nan])
+    values = dict(zip(stats.STATISTICS, stats.finalize(stats.describe(x, stats.Spec()).record).tolist(), strict=True))
+    assert values["mean"] == 2.0 and values["min"] == 1.0 and values["nonfinite"] == 1 and values["count"] == 3
+    assert values["std"] == pytest.approx(1.0)
