@@ -13,6 +13,8 @@ callbacks (`ActivationStats`), `watch()`, the weight tools and the distributed m
   re-bin exactly; fixed ranges count what falls outside).
 - `_norms.py`: norms of gradients, updates and weights, and the update-to-weight ratio.
 - `_units.py`: unit activity.
+- `_table.py`: tables of records filled by observations (small tensors batched, large ones described at once):
+  the machinery `ActivationStats` and `watch()` share.
 """
 
 from ._batched import Segments, describe_segments, norm_segments
@@ -30,10 +32,11 @@ from ._histogram import (
     rebin,
     segment_counts,
 )
-from ._norms import NORM, combine_norms, norm_of, ratio_of_norms, real_view
-from ._record import RECORD, STATISTICS, Column, combine, empty, finalize, from_statistics
+from ._norms import NORM, combine_norm_segments, combine_norms, norm_of, ratio_of_norms, real_view
+from ._record import RECORD, STATISTICS, Column, combine, combine_segments, empty, finalize, from_statistics
 from ._sample import SAMPLE_ABOVE, SAMPLE_SIZE, Sampler
 from ._spec import NEAR_ZERO, Spec, accumulate_dtype, wide_dtype
+from ._table import SMALL_BELOW, NormTable, RecordTable
 from ._units import active, unit_counts, unit_dims
 
 __all__ = [
@@ -44,10 +47,13 @@ __all__ = [
     "RECORD",
     "SAMPLE_ABOVE",
     "SAMPLE_SIZE",
+    "SMALL_BELOW",
     "STATISTICS",
     "UNDERFLOW",
     "Column",
     "Described",
+    "NormTable",
+    "RecordTable",
     "Sampler",
     "Segments",
     "Spec",
@@ -57,7 +63,9 @@ __all__ = [
     "check_bins",
     "check_range",
     "combine",
+    "combine_norm_segments",
     "combine_norms",
+    "combine_segments",
     "counts",
     "describe",
     "describe_large",

@@ -15,7 +15,7 @@ import torch
 
 from ._sample import SAMPLE_ABOVE, Sampler
 
-__all__ = ["NORM", "combine_norms", "norm_of", "ratio_of_norms", "real_view"]
+__all__ = ["NORM", "combine_norm_segments", "combine_norms", "norm_of", "ratio_of_norms", "real_view"]
 
 NORM = ("norm", "nonfinite", "count", "sampled")
 """The columns of a norm record."""
@@ -71,6 +71,19 @@ def combine_norms(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """The norm records of the union of the values of `a` and `b` (elementwise over leading dimensions)."""
     out = a.double() + b.double()
     out[..., 0] = torch.hypot(a[..., 0].double(), b[..., 0].double())
+    return out
+
+
+def combine_norm_segments(norms: torch.Tensor, segment: torch.Tensor, groups: int) -> torch.Tensor:
+    """The (groups, len(NORM)) norm records of the union of the records (N, len(NORM)) of each group: the root of
+    summed squares in units of the group's largest norm (never overflowing), the counts summed."""
+    norms = norms.double()
+    unit = torch.zeros(groups, dtype=torch.float64, device=norms.device)
+    unit = unit.scatter_reduce_(0, segment, norms[:, 0], "amax")
+    unit = torch.where((unit > 0) & torch.isfinite(unit), unit, torch.ones_like(unit))
+    out = torch.zeros(groups, len(NORM), dtype=torch.float64, device=norms.device).index_add_(0, segment, norms)
+    squares = torch.zeros_like(unit).index_add_(0, segment, (norms[:, 0] / unit.index_select(0, segment)).square())
+    out[:, 0] = squares.sqrt() * unit
     return out
 
 

@@ -1,0 +1,118 @@
+"""Record and norm tables: observations in random cells, small and large, flushed at random moments, equal the
+oracle of every value each cell received (the machinery ActivationStats and watch() share)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from stats_oracle import auto_exponent, auto_histogram, close, expected, values_of
+
+from hookscope import stats
+
+SETTINGS = settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+ROWS, KEYS, BINS = 3, 3, 8
+
+
+@st.composite
+def observations(draw: st.DrawFn) -> list[tuple[int, int, torch.Tensor] | None]:
+    """A list of (row, key, tensor) observations, with `None` where the table is flushed."""
+    out: list[tuple[int, int, torch.Tensor] | None] = []
+    for _ in range(draw(st.integers(1, 10))):
+        if draw(st.integers(0, 4)) == 0:
+            out.append(None)
+            continue
+        generator = torch.Generator().manual_seed(draw(st.integers(0, 2**31)))
+        size = draw(st.sampled_from((1, 5, 64, 40_000)))  # the last one is described at once (large)
+        dtype = draw(st.sampled_from((torch.float32, torch.bfloat16, torch.float64)))
+        x = (torch.randn(size, generator=generator) * 10.0 ** draw(st.integers(-3, 3))).to(dtype)
+        if draw(st.booleans()):
+            x[torch.randint(0, size, (1,), generator=generator)] = draw(st.sampled_from((math.nan, math.inf)))
+        out.append((draw(st.integers(0, ROWS - 1)), draw(st.integers(0, KEYS - 1)), x))
+    return out
+
+
+@SETTINGS
+@given(steps=observations(), bounded=st.booleans())
+def test_record_table_cells_equal_the_oracle(steps: list[tuple[int, int, torch.Tensor] | None], bounded: bool) -> None:
+    saturation = [(-1.0, 1.0) if bounded else None, None, (0.0, 1.0)]
+    table = stats.RecordTable(KEYS, stats.Spec(), bins=BINS, saturation=saturation)
+    table.allocate(ROWS, torch.device("cpu"))
+    seen: dict[tuple[int, int], list[torch.Tensor]] = {}
+    for step in steps:
+        if step is None:
+            table.flush()
+            continue
+        row, key, x = step
+        table.add(row, key, x)
+        seen.setdefault((row, key), []).append(x)
+    table.flush()
+    assert table.records is not None and table.hists is not None and table.exponents is not None
+    finalized = stats.finalize(table.records)
+    for row in range(ROWS):
+        for key in range(KEYS):
+            values = values_of(*seen.get((row, key), []))
+            wanted = expected(values, bounds=saturation[key])
+            got = dict(zip(stats.STATISTICS, finalized[row, key].tolist(), strict=True))
+            assert got["count"] == wanted.count and got["nonfinite"] == wanted.nonfinite
+            scale = max(abs(wanted.min), abs(wanted.max)) if wanted.count else 1.0
+            for name in ("mean", "std", "min", "max", "near_zero", "saturated"):
+                assert close(got[name], getattr(wanted, name), scale, 1e-7), (row, key, name)
+            exponent = auto_exponent(values)
+            if exponent is None:
+                assert float(table.hists[row, key].sum()) == wanted.count  # zeros only, in the middle bin
+                continue
+            assert int(table.exponents[row, key]) == exponent
+            assert table.hists[row, key, :BINS].tolist() == auto_histogram(values, BINS, exponent).tolist()
+
+
+@SETTINGS
+@given(steps=observations())
+def test_norm_table_cells_equal_the_oracle(steps: list[tuple[int, int, torch.Tensor] | None]) -> None:
+    table = stats.NormTable(KEYS)
+    table.allocate(ROWS, torch.device("cpu"))
+    seen: dict[tuple[int, int], list[torch.Tensor]] = {}
+    for step in steps:
+        if step is None:
+            table.flush()
+            continue
+        row, key, x = step
+        table.add(row, key, x)
+        seen.setdefault((row, key), []).append(x)
+    table.flush()
+    assert table.norms is not None
+    for (row, key), tensors in seen.items():
+        values = values_of(*tensors)
+        wanted = expected(values)
+        norm, nonfinite, count, _ = table.norms[row, key].tolist()
+        assert close(norm, wanted.norm, wanted.norm, 1e-9)
+        assert (nonfinite, count) == (wanted.nonfinite, values.size)
+
+
+def test_unit_activity_of_small_and_large_outputs_equals_counting_each_unit() -> None:
+    table = stats.RecordTable(2, stats.Spec(), unit_dim=lambda key, ndim: 1 if ndim == 4 else ndim - 1)
+    table.allocate(1, torch.device("cpu"))
+    small = [torch.randn(4, 6) for _ in range(3)]
+    large = [torch.randn(8, 16, 20, 20) for _ in range(2)]  # 51200 values: described at once, exactly
+    for x in small:
+        table.add(0, 0, x)
+    for x in large:
+        table.add(0, 1, x)
+    activity = table.unit_activity()
+    want_small = np.mean([(x > 0).double().mean(0).numpy() for x in small], axis=0)
+    want_large = torch.stack([(x > 0).double().mean((0, 2, 3)) for x in large]).mean(0)
+    assert activity[0] is not None and np.allclose(activity[0].numpy(), want_small)
+    assert activity[1] is not None and torch.allclose(activity[1], want_large)
+
+
+def test_fixed_range_histograms_count_what_falls_outside() -> None:
+    table = stats.RecordTable(1, stats.Spec(), bins=4, hist_range=(0.0, 1.0))
+    table.allocate(1, torch.device("cpu"))
+    table.add(0, 0, torch.tensor([-1.0, 0.1, 0.6, 1.0, 2.0, math.nan]))
+    table.add(0, 0, torch.full((40_000,), 0.3))
+    table.flush()
+    assert table.hists is not None
+    assert table.hists[0, 0].tolist() == [1.0, 40_000.0, 1.0, 1.0, 1.0, 1.0]  # 4 bins, below, above
