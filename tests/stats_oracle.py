@@ -60,7 +60,9 @@ def expected(
         low, high = bounds
         saturated = float(np.mean(np.abs(finite - (low + high) / 2) >= 0.49 * (high - low)))
     norm = float(np.linalg.norm(scaled)) * scale
-    return Expected(n, int(values.size - n), mean, std, rms, float(finite.min()), float(finite.max()), near, saturated, norm)
+    return Expected(
+        n, int(values.size - n), mean, std, rms, float(finite.min()), float(finite.max()), near, saturated, norm
+    )
 
 
 def auto_exponent(values: np.ndarray) -> int | None:
@@ -69,7 +71,7 @@ def auto_exponent(values: np.ndarray) -> int | None:
     largest = float(np.max(np.abs(finite))) if finite.size else 0.0
     if largest == 0.0:
         return None
-    mantissa, exponent = math.frexp(largest)  # largest = mantissa * 2**exponent, 0.5 <= mantissa < 1
+    _, exponent = math.frexp(largest)  # largest = mantissa * 2**exponent, 0.5 <= mantissa < 1
     return max(exponent, -1021)
 
 

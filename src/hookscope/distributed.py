@@ -1,17 +1,19 @@
 """Statistics across torch.distributed ranks: exact merges, every rank in every collective, with a timeout.
 
-Means and variances merge by Chan's parallel formulas (never by averaging per-rank means), norms of shards as
-the square root of summed squares, counts and histograms by summing, minima and maxima by min/max. Keys are
+Every merge combines the engine's records (`hookscope.stats`): means and deviations by Chan's formulas (never by
+averaging per-rank means), norms of shards as the root of summed squares, counts summed, minima and maxima by
+min/max, histograms re-binned exactly to the widest range of any rank and summed. Keys are
 unioned across ranks before any collective (a rank that recorded nothing, or other layers, still joins with
 zeros), and collectives run on a gloo group of their own with a timeout, so a missing rank fails loudly instead
 of hanging (the group of a timeout is made on its first use, itself a collective: pass the same timeout on
 every rank). Outside a distributed run every function returns its input merged with nothing.
 
-Also here: `grad_reduction` (the label saying whether parameter gradients were seen before or after DDP's
-all-reduce, or as FSDP2 shards), `grad_norms` (full gradient norms of a DDP or FSDP2 model), `check_replicas`
-(which parameters differ across ranks), `merge_stats_reducer`, and the histogram helpers `common_edges`/`rebin`.
-The merges of `WatchResults` and `ActivationStats` build on these (`hookscope.watch._merge`,
-`hookscope.callbacks._merge`).
+`merge_parts` is the one sequence every merge follows (header -> common layout -> each rank's tables aligned to
+it -> one collective per table -> assembly), either as a collective (every rank calls it) or over parts given
+together (saved per-rank files); the merges of `WatchResults`, `ActivationStats` and `StatsReducer` are written on
+it. Also here: `grad_reduction` (the label saying whether parameter gradients were seen before or after DDP's
+all-reduce, or as FSDP2 shards), `grad_norms` (full gradient norms of a DDP or FSDP2 model) and `check_replicas`
+(which parameters differ across ranks).
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from __future__ import annotations
 import contextlib
 import datetime
 import math
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -29,6 +31,7 @@ import torch.nn as nn
 from ._errors import MergeWarning
 from .hooks import normalize_path
 from .reducers import StatsReducer
+from .stats import combine_segments
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -38,20 +41,19 @@ __all__ = [
     "MergeWarning",
     "all_gather",
     "all_reduce",
-    "chan_merge",
     "check_replicas",
-    "common_edges",
     "gather_objects",
     "grad_norms",
     "grad_reduction",
     "is_distributed",
     "is_main_process",
     "is_sharded",
-    "merge_moments",
+    "merge_parts",
+    "merge_records",
     "merge_stats_reducer",
     "norm_of_shards",
     "rank",
-    "rebin",
+    "reduce_tables",
     "union_keys",
     "world_size",
 ]
@@ -165,36 +167,98 @@ def norm_of_shards(local_square_sum: torch.Tensor, *, timeout: datetime.timedelt
     return all_reduce(local_square_sum.double(), "sum", timeout=timeout).sqrt()
 
 
-def chan_merge(
-    a: tuple[torch.Tensor, torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Merge two `(count, mean, m2)` summaries by Chan's formulas; elementwise, zero counts allowed.
+def merge_records(records: torch.Tensor, *, timeout: datetime.timedelta = DEFAULT_TIMEOUT) -> torch.Tensor:
+    """Merge moments records (`hookscope.stats.RECORD` in the last dim) over ranks, the same on every rank.
 
-    `m2` is the sum of squared deviations from the mean (variance = m2 / (count - 1)).
+    A collective: all ranks pass records of one shape (union the keys first and pass empty records where nothing
+    was seen). Outside a distributed run the records are returned as they are.
     """
-    count_a, mean_a, m2_a = a
-    count_b, mean_b, m2_b = b
-    count = count_a + count_b
-    safe = torch.where(count > 0, count, torch.ones_like(count))
-    delta = mean_b - mean_a
-    mean = torch.where(count > 0, mean_a + delta * (count_b / safe), torch.zeros_like(mean_a))
-    m2 = m2_a + m2_b + delta.square() * (count_a * count_b / safe)
-    return count, mean, torch.where(count > 0, m2, torch.zeros_like(m2))
+    stacked = torch.stack(all_gather(records.double(), timeout=timeout))
+    return combine_ranks(stacked)
 
 
-def merge_moments(
-    count: torch.Tensor, mean: torch.Tensor, m2: torch.Tensor, *, timeout: datetime.timedelta = DEFAULT_TIMEOUT
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Merge `(count, mean, m2)` over ranks by Chan's formulas in rank order, in float64; the same on every rank.
+def combine_ranks(stacked: torch.Tensor) -> torch.Tensor:
+    """Combine (ranks, ..., len(RECORD)) records over the first dimension: one `combine_segments` call."""
+    ranks, width = stacked.shape[0], stacked.shape[-1]
+    cells = stacked[0].numel() // width
+    segment = torch.arange(cells).repeat(ranks)
+    merged = combine_segments(stacked.reshape(ranks * cells, width), segment, cells)
+    return merged.reshape(stacked.shape[1:])
 
-    All ranks must pass tensors of one shape (union the keys first and pass zero counts where nothing was seen).
+
+Header = TypeVar("Header")
+Layout = TypeVar("Layout")
+Result = TypeVar("Result")
+Part = TypeVar("Part")
+
+
+def reduce_tables(
+    tables: dict[str, torch.Tensor] | Sequence[dict[str, torch.Tensor]],
+    ops: dict[str, str],
+    *,
+    timeout: datetime.timedelta = DEFAULT_TIMEOUT,
+) -> dict[str, torch.Tensor]:
+    """Reduce tables over ranks by name: `"gather"` stacks them in rank order (a new first dim), `"sum"`, `"max"`
+    and `"min"` reduce elementwise.
+
+    Give this rank's tables (a dict: a collective, every rank calls it with tables of the same names and shapes)
+    or every rank's (a sequence of dicts, rank 0 first: no collective).
     """
-    stacked = torch.stack([count.double(), mean.double(), m2.double()])
-    parts = all_gather(stacked, timeout=timeout)
-    merged = (parts[0][0], parts[0][1], parts[0][2])
-    for part in parts[1:]:
-        merged = chan_merge(merged, (part[0], part[1], part[2]))
-    return merged
+    if isinstance(tables, dict):
+        return {
+            name: torch.stack(all_gather(t, timeout=timeout))
+            if ops[name] == "gather"
+            else all_reduce(t, ops[name], timeout=timeout)
+            for name, t in tables.items()
+        }
+    out = {}
+    for name in tables[0]:
+        stacked = torch.stack([part[name] for part in tables])
+        op = ops[name]
+        out[name] = (
+            stacked
+            if op == "gather"
+            else stacked.sum(0)
+            if op == "sum"
+            else stacked.amax(0)
+            if op == "max"
+            else stacked.amin(0)
+        )
+    return out
+
+
+def merge_parts(
+    own: Part | None,
+    parts: Sequence[Part] | None,
+    *,
+    header: Callable[[Part], Header],
+    layout: Callable[[list[Header]], Layout],
+    pack: Callable[[Part, Header, Layout], dict[str, torch.Tensor]],
+    ops: dict[str, str],
+    assemble: Callable[[list[Header], Layout, dict[str, torch.Tensor]], Result],
+    timeout: datetime.timedelta = DEFAULT_TIMEOUT,
+) -> Result:
+    """Merge per-rank parts in the one sequence every merge follows.
+
+    Each part is described by a small picklable `header`; the headers of every rank give the common `layout`
+    (the union of keys and steps, the widest histogram ranges ...); each part is packed into tables aligned to
+    it; the tables are reduced over ranks (`reduce_tables` with `ops`); `assemble` builds the result. With `own`
+    (this rank's part) it is a collective that every rank calls and every rank gets the same result; with
+    `parts` (every rank's, rank 0 first) it runs in this process alone.
+    """
+    if own is not None:
+        headers = gather_objects(header(own), timeout=timeout)
+        common = layout(headers)
+        tables = reduce_tables(
+            pack(own, headers[rank()] if is_distributed() else headers[0], common), ops, timeout=timeout
+        )
+        return assemble(headers, common, tables)
+    if not parts:
+        raise ValueError("parts must hold at least one part to merge, got none")
+    headers = [header(part) for part in parts]
+    common = layout(headers)
+    tables = reduce_tables([pack(part, h, common) for part, h in zip(parts, headers, strict=True)], ops)
+    return assemble(headers, common, tables)
 
 
 def merge_stats_reducer(reducer: StatsReducer, *, timeout: datetime.timedelta = DEFAULT_TIMEOUT) -> StatsReducer:
@@ -306,39 +370,3 @@ def check_replicas(
     flags = all_reduce(torch.tensor(differs, dtype=torch.float64), "max", timeout=timeout)
     bad = {n for n, flag in zip(common, flags.tolist(), strict=True) if flag > 0}
     return [n for n in names if n in bad or n not in common]
-
-
-# ---- histograms ---------------------------------------------------------------------------------------------
-
-
-def common_edges(edges: list[torch.Tensor], *, rtol: float = 1e-6) -> tuple[torch.Tensor, bool]:
-    """Return `(edges, exact)`: the shared bin edges of several histograms, or edges covering them all.
-
-    `exact` is `True` when every histogram has the same edges (within `rtol`), so counts add up as they are;
-    otherwise the result spans the lowest to the highest edge with the most bins of any, and the counts must be
-    re-binned onto it (`rebin`), which assumes values spread evenly inside each bin.
-    """
-    first = edges[0].double()
-    if all(e.shape == first.shape and torch.allclose(e.double(), first, rtol=rtol, atol=0.0) for e in edges):
-        return first.float(), True
-    low, high = min(float(e[0]) for e in edges), max(float(e[-1]) for e in edges)
-    bins = max(e.numel() - 1 for e in edges)
-    return torch.linspace(low, high, bins + 1, dtype=torch.float64).float(), False
-
-
-def rebin(counts: torch.Tensor, edges: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Move histogram `counts` (..., bins) with `edges` (bins + 1,) onto the bins of `target` (float64).
-
-    Each bin's count is split over the target bins by the length of their overlap (values assumed even inside a
-    bin); a bin of zero width goes whole to the target bin holding it. Totals are kept when `target` covers
-    `edges`.
-    """
-    source, goal = edges.double(), target.double()
-    low, high = source[:-1, None], source[1:, None]
-    overlap = (torch.minimum(high, goal[None, 1:]) - torch.maximum(low, goal[None, :-1])).clamp(min=0)
-    width = high - low
-    share = torch.where(width > 0, overlap / width.clamp(min=1e-300), 0.0)
-    zero = (width[:, 0] <= 0).nonzero().flatten()
-    share[zero] = 0.0
-    share[zero, torch.bucketize(source[zero], goal[1:-1], right=True)] = 1.0  # the target bin holding it
-    return counts.double() @ share

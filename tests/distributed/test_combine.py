@@ -22,12 +22,10 @@ from hookscope.distributed import (
     all_gather,
     all_reduce,
     check_replicas,
-    common_edges,
     gather_objects,
     grad_norms,
     grad_reduction,
     merge_stats_reducer,
-    rebin,
 )
 from hookscope.reducers import StatsReducer
 from hookscope.watch import WatchResults, watch
@@ -82,7 +80,8 @@ def test_parts_combine_to_the_whole_and_the_naive_oracle() -> None:
     with pytest.warns(MergeWarning):
         averaged = combine_results(parts)  # default: divided by the world size (the mean of the ranks' losses)
     assert _close(averaged.output_grads["0"]["norm"] * 2, merged.output_grads["0"]["norm"])
-    assert merged.meta["distributed"]["world_size"] == 2 and merged.meta["distributed"]["histograms"] == "counts summed"
+    assert merged.meta["distributed"]["world_size"] == 2
+    assert merged.meta["distributed"]["histograms"] == "re-binned exactly to the widest range of any rank and summed"
 
 
 def test_merged_means_are_not_averages_of_the_parts_means() -> None:
@@ -97,18 +96,28 @@ def test_merged_means_are_not_averages_of_the_parts_means() -> None:
     assert abs(float(merged.activations["0"]["mean"][0]) - float(naive)) > 1e-3
 
 
-def test_different_histogram_edges_are_rebinned_keeping_every_count() -> None:
-    _, parts = _parts(groups=("activations", "histograms"))  # hist_range=None: ranges from each first batch
-    edges = [p.hist_edges["0"] for p in parts]
-    assert not torch.equal(edges[0], edges[1])
-    with pytest.warns(MergeWarning, match="re-binned onto a common range"):
+def test_histograms_of_different_ranges_merge_exactly_into_the_whole() -> None:
+    """Ranges that follow the data differ per rank; re-binned to the widest, they sum to the one process's."""
+    x = _data()
+    whole = _run([x, x * 3], groups=("activations", "histograms"))
+    groups = ("activations", "histograms")
+    parts = [_run([x[:13], x[:13] * 3], groups=groups), _run([x[13:], x[13:] * 3], groups=groups)]
+    small = _run([x[13:] * 0.01, x[13:] * 0.01], groups=groups)
+    assert not torch.equal(parts[0].hist_edges["0"], small.hist_edges["0"])  # the ranges differ ...
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MergeWarning)  # ... and nothing is approximate
         merged = combine_results(parts)
-    total = parts[0].histograms["0"].sum(1) + parts[1].histograms["0"].sum(1)
-    assert torch.allclose(merged.histograms["0"].sum(1), total)
-    low, high = min(float(e[0]) for e in edges), max(float(e[-1]) for e in edges)
-    assert math.isclose(float(merged.hist_edges["0"][0]), low, rel_tol=1e-6)
-    assert math.isclose(float(merged.hist_edges["0"][-1]), high, rel_tol=1e-6)
-    assert "re-binned" in merged.meta["distributed"]["histograms"]
+        combine_results([parts[0], small])
+    for path in whole.histograms:
+        assert torch.equal(merged.hist_edges[path], whole.hist_edges[path])
+        assert torch.equal(merged.histograms[path], whole.histograms[path])
+
+
+def test_different_fixed_histogram_ranges_are_refused() -> None:
+    x = _data()
+    parts = [_run([x], hist_range=(-3.0, 3.0)), _run([x], hist_range=(-1.0, 1.0))]
+    with pytest.raises(ValueError, match=r"hist_range must be the same on every rank, got \[\[-3.0, 3.0\], \[-1.0"):
+        combine_results(parts)
 
 
 def _grads(label: str, norms: list[float], ratios: list[float] | None = None) -> WatchResults:
@@ -134,7 +143,7 @@ def test_parameter_gradients_taken_once_where_ranks_agree_and_nan_where_they_do_
 
 def test_sharded_parameter_gradients_combine_as_root_sum_of_squares() -> None:
     merged = combine_results([_grads(GRAD_SHARDED, [3.0, 1.0]), _grads(GRAD_SHARDED, [4.0, 1.0])])
-    assert torch.allclose(merged.param_grads["w"]["norm"], torch.tensor([5.0, math.sqrt(2.0)]))
+    assert torch.allclose(merged.param_grads["w"]["norm"], torch.tensor([5.0, math.sqrt(2.0)], dtype=torch.float64))
     assert bool(merged.update_ratios["w"].isnan().all()) and merged.dropped == {"update_ratios_sharded": 2}
 
 
@@ -152,8 +161,13 @@ def test_nonfinite_values_on_one_rank_stay_in_their_layer() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", MergeWarning)
         merged = combine_results(parts)
-    assert math.isnan(float(merged.activations["2"]["mean"][0])) and merged.activations["2"]["nonfinite"][0] == 10
-    assert _close(merged.activations["0"]["mean"], model[0](x).detach().mean().reshape(1))
+    assert merged.activations["2"]["nonfinite"][0] == 10  # counted apart: the other values still describe the layer
+    outputs = torch.cat([model[2](torch.tanh(model[0](x[:10]))), bad[2](torch.tanh(bad[0](x[10:])))]).detach()
+    finite = outputs[torch.isfinite(outputs)].double()
+    assert _close(merged.activations["2"]["mean"][0], finite.mean()) and _close(
+        merged.activations["2"]["std"][0], finite.std()
+    )
+    assert _close(merged.activations["0"]["mean"], model[0](x).detach().double().mean().reshape(1))
     assert merged.first_nonfinite["forward"] == {"path": "2", "step": 0}
 
 
@@ -200,12 +214,15 @@ def test_merge_activation_stats_outside_a_process_group_is_a_copy() -> None:
         assert torch.equal(alone.hist(j), stats.hist(j)) and torch.allclose(alone.hist_edges(j), stats.hist_edges(j))
 
 
-def test_activation_stats_with_different_ranges_are_rebinned() -> None:
+def test_activation_stats_with_different_ranges_merge_exactly() -> None:
     x = _data()
-    with pytest.warns(MergeWarning, match="re-binned"):
+    whole = _stats([torch.cat([x[:6], x[6:] * 4])])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MergeWarning)
         merged = combine_activation_stats([_stats([x[:6]]), _stats([x[6:] * 4])])
-    counts = merged.hist(0).expm1().sum(0)
-    assert torch.allclose(counts, torch.tensor([8.0 * 20]), rtol=1e-5)
+    for j in range(2):
+        assert torch.equal(merged.hist_edges(j), whole.hist_edges(j))
+        assert torch.equal(merged.hist_counts(j), whole.hist_counts(j))
 
 
 def test_merge_arguments_are_checked() -> None:
@@ -243,25 +260,9 @@ def test_outside_a_process_group_collectives_return_this_process_alone() -> None
     assert list(norms) == ["0.weight", "0.bias", "2.weight", "2.bias"]
     assert torch.allclose(norms["0.weight"], model[0].weight.grad.double().norm())
     assert grad_reduction(model) == grad_reduction(model, torch.optim.SGD(model.parameters())) == GRAD_LOCAL
-    reducer = StatsReducer(correction=1)
+    reducer = StatsReducer(near_zero=0.5)
     reducer.push(_data())
     alone = merge_stats_reducer(reducer)
-    assert alone is not reducer and alone.config() == {"correction": 1}
+    assert alone is not reducer and alone.config() == {"near_zero": 0.5}
     mine, theirs = alone.peek().as_dict(), reducer.peek().as_dict()  # type: ignore[union-attr]
     assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
-
-
-def test_rebin_keeps_totals_and_is_the_identity_on_equal_edges() -> None:
-    counts = torch.tensor([[1.0, 2.0, 3.0, 4.0]])
-    edges = torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0])
-    assert torch.equal(rebin(counts, edges, edges), counts.double())
-    wide = rebin(counts, edges, torch.tensor([-4.0, 0.0, 4.0, 8.0]))
-    assert torch.equal(wide, torch.tensor([[0.0, 10.0, 0.0]], dtype=torch.float64))
-    halves = rebin(counts, edges, torch.tensor([0.0, 0.5, 4.0]))
-    assert torch.allclose(halves, torch.tensor([[0.5, 9.5]], dtype=torch.float64))
-    point = rebin(torch.tensor([[3.0]]), torch.tensor([1.5, 1.5]), torch.tensor([0.0, 1.0, 2.0]))
-    assert torch.equal(point, torch.tensor([[0.0, 3.0]], dtype=torch.float64))  # a zero-width bin goes whole
-    same, exact = common_edges([edges, edges.clone()])
-    assert exact and torch.equal(same, edges)
-    joined, exact = common_edges([edges, edges + 2])
-    assert not exact and joined[0] == 0.0 and joined[-1] == 6.0 and joined.numel() == 5

@@ -7,9 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stats_oracle import expected, values_of
-
 from hookscope.reducers import StatsReducer
+from stats_oracle import expected, values_of
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32]
 TOLERANCE = {torch.float16: 1e-5, torch.bfloat16: 1e-5, torch.float32: 1e-5, torch.float64: 1e-10, torch.int32: 1e-10}

@@ -9,9 +9,9 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from stats_oracle import Expected, auto_exponent, auto_histogram, close, expected, fixed_histogram, values_of
 
 from hookscope import stats
+from stats_oracle import Expected, auto_exponent, auto_histogram, close, expected, fixed_histogram, values_of
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 SETTINGS = settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))

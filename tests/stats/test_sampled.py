@@ -12,9 +12,9 @@ import math
 import numpy as np
 import pytest
 import torch
-from stats_oracle import auto_exponent, auto_shares, expected, values_of
 
 from hookscope import stats
+from stats_oracle import auto_exponent, auto_shares, expected, values_of
 
 
 def _nchw_offsets() -> torch.Tensor:

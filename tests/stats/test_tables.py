@@ -9,9 +9,9 @@ import numpy as np
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from stats_oracle import auto_exponent, auto_histogram, close, expected, values_of
 
 from hookscope import stats
+from stats_oracle import auto_exponent, auto_histogram, close, expected, values_of
 
 SETTINGS = settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 ROWS, KEYS, BINS = 3, 3, 8

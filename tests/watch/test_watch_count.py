@@ -22,7 +22,7 @@ def test_count_is_the_number_of_output_values_per_step() -> None:
         [shared(x).detach().flatten() for x in batches[1:]]
         + [shared(torch.relu(shared(batches[1]))).detach().flatten()]
     )
-    assert torch.allclose(counts["0"]["mean"][1], reference.mean(), atol=1e-6)
+    assert torch.allclose(counts["0"]["mean"][1], reference.double().mean(), atol=1e-6)
 
 
 def test_saved_results_load_in_model_order(tmp_path: object) -> None:

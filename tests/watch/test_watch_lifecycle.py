@@ -158,7 +158,7 @@ def test_to_dataframe_has_one_row_per_recorded_value() -> None:
         model(torch.randn(4, 3))
     frame = w.to_dataframe()
     assert list(frame.columns) == ["step", "group", "name", "stat", "value"]
-    assert len(frame) == 8  # 9 activation statistics (count included), saturation NaN (not a saturating module)
+    assert len(frame) == 9  # 10 activation statistics (count, sampled), saturation NaN (not a saturating module)
 
 
 def test_sinks_receive_every_recorded_value(tmp_path: Path) -> None:
@@ -198,7 +198,7 @@ def test_sink_and_option_errors() -> None:
         watch(mlp(), groups=("activations", "gradients"))
     with pytest.raises(TypeError, match="groups must be a collection of group names"):
         watch(mlp(), groups="activations")
-    with pytest.raises(ValueError, match=r"hist_range must be \(low, high\)"):
+    with pytest.raises(ValueError, match=r"hist_range must be a pair \(low, high\)"):
         watch(mlp(), hist_range=(1.0, 1.0))
     with pytest.raises(ValueError, match="near_zero must be a finite number >= 0"):
         watch(mlp(), near_zero=-1.0)

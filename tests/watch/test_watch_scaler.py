@@ -54,9 +54,10 @@ def test_output_gradient_norms_are_unscaled_with_the_scale_of_their_own_backward
     results = w.results()
     good = torch.tensor([s for s in range(5) if s != 2])
     for name, path in (("out0", "0"), ("out2", "2")):
-        expected = torch.tensor(run[name])[good]
+        expected = torch.tensor(run[name], dtype=torch.float64)[good]
         assert torch.allclose(results.output_grads[path]["norm"][good], expected, rtol=1e-5)
-    assert torch.allclose(results.param_grads["0.weight"]["norm"][good], torch.tensor(run["weight0"])[good], rtol=1e-5)
+    weight0 = torch.tensor(run["weight0"], dtype=torch.float64)[good]
+    assert torch.allclose(results.param_grads["0.weight"]["norm"][good], weight0, rtol=1e-5)
 
 
 def test_a_skipped_step_is_its_own_step_with_no_parameter_gradients_or_update() -> None:

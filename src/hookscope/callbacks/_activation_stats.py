@@ -1,4 +1,4 @@
-"""`ActivationStats`: fastai's per-batch activation statistics, computed on the device without per-layer syncs."""
+"""`ActivationStats`: fastai's per-batch activation statistics, by the engine's definitions, on the device."""
 
 from __future__ import annotations
 
@@ -11,31 +11,56 @@ import torch.nn as nn
 
 from .._errors import HookscopeWarning
 from ..hooks import Selector, tensor_leaves
+from ..stats import (
+    EXPONENT_NONE,
+    RECORD,
+    SMALL_BELOW,
+    STATISTICS,
+    RecordTable,
+    Sampler,
+    Spec,
+    auto_edges,
+    check_bins,
+    check_range,
+    describe,
+    finalize,
+    fixed_edges,
+    rebin,
+)
 from ._hook_callback import HookCallback, HookFunction
-from ._moments import BATCH_BELOW, RecordLayout, RecordWriter
 
 __all__ = ["ActivationStats", "RecordsDroppedWarning"]
+
+FLUSH_RECORDS = 64
+"""Records whose small outputs wait before they are described together."""
+FLUSH_VALUES = 1 << 20
+"""Small values waiting (float32, 4 MiB) that make a record's end describe them."""
+_NEAR = "at_most_near_zero"
 
 
 class RecordsDroppedWarning(HookscopeWarning):
     """Observations were not kept because a capacity was reached (they are counted in `dropped`)."""
 
 
-class ActivationStats(RecordWriter, HookCallback):
-    """Record mean, std and near-zero fraction (and a histogram) of each module's output per training batch.
+class ActivationStats(HookCallback):
+    """Record mean, std and fastai's near-zero fraction (and a histogram) of each module's output per batch.
 
-    For every observed training batch and every observed module, `stats[k][j]` is a dict `{'mean', 'std',
-    'near_zero'}` (+ `'hist'` with `with_hist=True`): the mean and unbiased std (0 for a single value) of the
-    output in float32, and the fraction of output values `<= near_zero` (fastai's definition). A module called
-    several times in one batch is described by all its outputs together; a module not called has NaN values.
-    Outputs that are tuples or dicts are described by their first floating-point tensor.
+    For every observed training batch and every observed module, `stats[k][j]` is a dict with `'mean'`,
+    `'std'` (Bessel's correction, 0 for a single value), `'at_most_near_zero'` (the fraction of finite output
+    values `x <= near_zero`: fastai's "% near zero", signed, so every negative value counts; the rest of
+    hookscope reports `near_zero`, the fraction with `|x| <= near_zero`) and `'sampled'` (the fraction of the
+    values whose statistics were estimated from a sample), plus `'hist'` with `with_hist=True`. Every statistic
+    is the engine's (`hookscope.stats`): non-finite values are counted apart and never enter the others. A module
+    called several times in one batch is described by all its outputs together; a module not called has NaN
+    values. Outputs that are tuples or dicts are described by their first floating-point tensor.
 
     Unlike fastai: statistics stay on the device until read (no host sync per layer per batch), at most
-    `capacity` records are kept (later ones are counted in `dropped`), and histograms keep negatives: with
-    `hist_range=None` the range is fixed, symmetric, from the first record of each module, and values outside it
-    land in the end bins, so each histogram counts every value but NaNs. Outputs of 32768 values or more are
-    described when their hook runs; smaller ones are copied and described together, up to 64 batches at once
-    and whenever the statistics are read (a fixed number of torch calls, whatever the number of modules). Under
+    `capacity` records are kept (later ones are counted in `dropped`), and histograms keep negatives over a range
+    that follows the data (a symmetric power of two, widened and re-binned exactly when larger values come), so
+    no value is clamped into an end bin. Outputs of fewer than 32768 values are copied and described together,
+    up to 64 batches at once and whenever the statistics are read (a fixed number of torch calls, whatever the
+    number of modules); larger ones are described when their hook runs, from a sample of at most 32768 values
+    above 131072 values unless `exact=True` (see `hookscope.stats.describe_large` for what stays exact). Under
     `torch.compile` (attach first) the traced hooks only hand their outputs over, and the statistics are the same
     as in eager mode.
 
@@ -43,14 +68,15 @@ class ActivationStats(RecordWriter, HookCallback):
         with_hist: Also record a histogram of each output.
         modules: Modules or selector (default: every module with parameters of its own), as `HookCallback`.
         every: Observe one training batch in `every` (`None`: all).
-        near_zero: The threshold of the near-zero fraction.
-        hist_bins: Number of histogram bins.
-        hist_range: `(low, high)` of the histogram, or `None` for `(-a, a)`, `a` the largest absolute value of
-            the module's first record.
+        near_zero: The threshold of fastai's near-zero fraction (`x <= near_zero`).
+        hist_bins: Number of histogram bins (even, for the automatic range).
+        hist_range: `(low, high)` of the histogram (values outside are counted apart), or `None` for a range
+            that follows the data.
         capacity: The most records kept.
         remove_end: As `HookCallback`.
         detach: As `HookCallback` (the statistics never keep the graph).
         cpu: Move outputs to the CPU before computing the statistics (slower; default `False`).
+        exact: Describe every value of large outputs (slower) instead of a sample.
 
     Raises:
         ValueError: an argument is out of range (the message says which).
@@ -63,7 +89,7 @@ class ActivationStats(RecordWriter, HookCallback):
         ...     for _ in range(5):
         ...         model(torch.randn(16, 3)).sum().backward()
         >>> len(stats.stats), sorted(stats.stats[0][1])
-        (3, ['mean', 'near_zero', 'std'])
+        (3, ['at_most_near_zero', 'mean', 'sampled', 'std'])
     """
 
     def __init__(
@@ -78,11 +104,16 @@ class ActivationStats(RecordWriter, HookCallback):
         remove_end: bool = True,
         detach: bool = True,
         cpu: bool = False,
+        exact: bool = False,
     ) -> None:
         super().__init__(modules, every, remove_end, True, detach, cpu)
-        _check_options(hist_bins, hist_range, capacity)
-        self.with_hist, self.near_zero, self.hist_bins = with_hist, float(near_zero), hist_bins
-        self.hist_range, self.capacity = hist_range, capacity
+        self.hist_range = check_range("hist_range", hist_range)
+        self.hist_bins = check_bins("hist_bins", hist_bins, automatic=self.hist_range is None)
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+            raise ValueError(f"capacity must be a positive int, got {capacity!r}")
+        if isinstance(near_zero, bool) or not isinstance(near_zero, (int, float)) or not math.isfinite(near_zero):
+            raise ValueError(f"near_zero must be a finite number, got {near_zero!r}")
+        self.with_hist, self.near_zero, self.capacity, self.exact = bool(with_hist), float(near_zero), capacity, exact
         self.dropped = 0
         self._reset()
 
@@ -90,26 +121,27 @@ class ActivationStats(RecordWriter, HookCallback):
         self._row = -1
         self._recording = False  # the flag traced hooks read (a bool: compiled code is reused across batches)
         self._records = 0
-        self._counts: list[list[int]] = []
-        self._moments: torch.Tensor | None = None  # (rows, modules, 3): mean, population variance, count <= nz
-        self._hists: torch.Tensor | None = None  # (rows, modules, bins)
-        self._scales: list[tuple[torch.Tensor, torch.Tensor] | None] = []
-        self._scale_table: tuple[torch.Tensor, torch.Tensor] | None = None  # (modules,) float64 each, on device
+        self._unflushed = 0  # records closed since the last flush
+        self._table: RecordTable | None = None
         self._cache: list[list[dict[str, Any]]] | None = None
         self._warned = False
-        self._small: list[tuple[int, int, torch.Tensor]] = []  # (record, module, float64 copy) of small outputs
-        self._small_values = 0
-        self._large: list[tuple[int, int, int, torch.Tensor, torch.Tensor | None]] = []  # (record, module, n, ...)
         self._traced: list[tuple[int, torch.Tensor]] = []  # outputs handed over by hooks traced by torch.compile
-        self._layouts: dict[tuple[tuple[int, int, int], ...], RecordLayout] = {}
-        self._scratch: dict[torch.device, torch.Tensor] = {}
+
+    def _new_table(self) -> RecordTable:
+        return RecordTable(
+            len(self.paths),
+            Spec(near_zero=self.near_zero, signed=True),
+            bins=self.hist_bins if self.with_hist else None,
+            hist_range=self.hist_range,
+            sampler=None if self.exact else Sampler(),
+        )
 
     def on_fit_start(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> None:
         """Start a new set of records (as fastai) and resolve the modules."""
         self._reset()
         self.dropped = 0
         super().on_fit_start(model, optimizer)
-        self._scales = [None] * len(self.paths)
+        self._table = self._new_table()
 
     def on_batch_start(self, batch: int) -> None:
         """Open a record for an observed batch (or count it as dropped past `capacity`)."""
@@ -122,20 +154,18 @@ class ActivationStats(RecordWriter, HookCallback):
         self._row = self._records
         self._recording = True
         self._records += 1
-        self._counts.append([0] * len(self.paths))
         self._cache = None
         super().on_batch_start(batch)
 
     def on_batch_end(self, batch: int) -> None:
-        """Close the open record: write its large outputs (small ones wait to be described with later ones)."""
+        """Close the open record (its small outputs wait to be described with later ones)."""
         self._close()
         self._row, self._recording = -1, False
         super().on_batch_end(batch)
 
     def on_fit_end(self, error: BaseException | None = None) -> None:
-        """Describe what is pending and remove the hooks (as `HookCallback`)."""
+        """Describe what is waiting and remove the hooks (as `HookCallback`)."""
         self._settle()
-        self._scratch.clear()
         super().on_fit_end(error)
 
     def _drop(self) -> None:
@@ -150,13 +180,12 @@ class ActivationStats(RecordWriter, HookCallback):
             )
 
     def hook(self, m: nn.Module, i: Any, o: Any) -> Any:
-        """Return `{'mean', 'std', 'near_zero'}` (float32 tensors on the output's device) for one output `o`."""
+        """Return `{'mean', 'std', 'at_most_near_zero'}` (0-d float64 tensors on the output's device) of `o`."""
         x = _first_float(o)
         if x is None:
             return None
-        xf = x.detach().float()
-        std, mean = torch.std_mean(xf) if xf.numel() > 1 else (torch.zeros_like(xf.sum()), xf.sum())
-        return {"mean": mean, "std": std, "near_zero": (xf <= self.near_zero).float().mean()}
+        values = dict(zip(STATISTICS, finalize(describe(x, Spec(self.near_zero, signed=True)).record), strict=True))
+        return {"mean": values["mean"], "std": values["std"], _NEAR: values["near_zero"]}
 
     def _make_hook(self, index: int) -> HookFunction:
         record, ref = self._record, self._module_refs[index]
@@ -165,16 +194,15 @@ class ActivationStats(RecordWriter, HookCallback):
             if torch.compiler.is_compiling():  # traced: read one flag, append to one list, nothing else
                 x = _first_float(output)
                 if self._recording and x is not None and x.numel():
-                    dtype = torch.float64 if x.numel() < BATCH_BELOW else torch.float32
-                    self._traced.append((index, x.detach().to(dtype, copy=True)))
+                    self._traced.append((index, x.detach().to(torch.float32, copy=True)))
             elif module is ref():  # not a deepcopy of the model, which shares the hooks
                 record(index, output)
 
         return hook_fn
 
     def _record(self, index: int, output: Any) -> None:
-        row = self._row
-        if row < 0:
+        row, table = self._row, self._table
+        if row < 0 or table is None:
             return
         x = output if type(output) is torch.Tensor else _first_float(output)
         if x is None or not x.is_floating_point() or x.numel() == 0:
@@ -182,55 +210,78 @@ class ActivationStats(RecordWriter, HookCallback):
         x = x.detach()
         if self.cpu:
             x = x.cpu()
-        if x.numel() < BATCH_BELOW:
-            self._keep_small(row, index, x)
-        else:
-            self._describe_large(row, index, x.reshape(-1) if x.dtype == torch.float32 else x.reshape(-1).float())
+        self._observe(table, row, index, x)
 
+    def _observe(self, table: RecordTable, row: int, index: int, x: torch.Tensor, owned: bool = False) -> None:
+        if table.rows <= row or table.device != x.device:
+            table.allocate(min(self.capacity, max(64, 2 * (row + 1))), x.device)
+        table.add(row, index, x, owned=owned)
+
+    def _close(self) -> None:
+        """The open record ends: take what traced hooks handed over; describe the waiting outputs if enough are."""
+        traced, self._traced = self._traced, []
+        table = self._table
+        if table is None:
+            return
+        for index, tensor in traced if self._row >= 0 else ():
+            self._observe(table, self._row, index, tensor, owned=tensor.numel() < SMALL_BELOW)
+        if self._row >= 0:
+            self._unflushed += 1
+        if self._unflushed >= FLUSH_RECORDS or table.pending_values >= FLUSH_VALUES:
+            self._settle()
+
+    def _settle(self) -> None:
+        """Write everything waiting into the records (before they are read)."""
+        self._unflushed = 0
+        if self._table is not None:
+            self._table.flush()
+
+    # ---- reading ---------------------------------------------------------------------------------------------
     @property
     def stats(self) -> list[list[dict[str, Any]]]:
-        """Per observed batch, per observed module (model order): `{'mean', 'std', 'near_zero'(, 'hist')}`."""
+        """Per observed batch, per observed module (model order): `{'mean', 'std', 'at_most_near_zero', 'sampled'
+        (, 'hist')}` as floats (`'hist'`: a (bins,) tensor on the module's common range, `hist_edges(idx)`)."""
         if self._cache is None:
             self._cache = self._materialize()
         return self._cache
 
+    def _statistics(self) -> torch.Tensor:
+        """(records, modules, len(STATISTICS)) float64 on the CPU; NaN where a module was not observed."""
+        self._settle()
+        table, shape = self._table, (self._records, len(self.paths))
+        if table is None or table.records is None:
+            return finalize(torch.zeros(*shape, len(RECORD), dtype=torch.float64))
+        return finalize(table.records[: self._records].cpu())
+
     def _materialize(self) -> list[list[dict[str, Any]]]:
-        means, stds, near_zeros = self._table()
-        hists = self._hist_table()
+        values = self._statistics()
+        columns = {name: values[..., STATISTICS.index(name)].float().tolist() for name in ("mean", "std", "sampled")}
+        columns[_NEAR] = values[..., STATISTICS.index("near_zero")].float().tolist()
+        hists = self._hist_table() if self.with_hist else None
         out = []
         for k in range(self._records):
             row = []
             for j in range(len(self.paths)):
-                entry: dict[str, Any] = {"mean": means[k][j], "std": stds[k][j], "near_zero": near_zeros[k][j]}
+                entry: dict[str, Any] = {name: column[k][j] for name, column in columns.items()}
                 if hists is not None:
-                    entry["hist"] = hists[k, j]
+                    entry["hist"] = hists[j][0][k, : self.hist_bins]
                 row.append(entry)
             out.append(row)
         return out
 
-    def _table(self) -> tuple[list[list[float]], list[list[float]], list[list[float]]]:
+    def _hist_table(self) -> list[tuple[torch.Tensor, int]]:
+        """Per module: its (records, bins + 2) float64 counts on its common range, and that range's exponent."""
         self._settle()
-        records, modules = self._records, len(self.paths)
-        counts = torch.tensor(self._counts, dtype=torch.float64).reshape(records, modules)
-        if self._moments is None:
-            raw = torch.full((records, modules, 3), math.nan, dtype=torch.float64)
-        else:
-            raw = self._moments[:records].to("cpu", torch.float64)
-        seen = counts > 0
-        nan = torch.tensor(math.nan, dtype=torch.float64)
-        mean = torch.where(seen, raw[..., 0], nan)
-        unbiased = raw[..., 1] * counts / (counts - 1).clamp(min=1)
-        std = torch.where(seen, unbiased.sqrt(), nan)
-        near_zero = torch.where(seen, raw[..., 2] / counts.clamp(min=1), nan)
-        return mean.float().tolist(), std.float().tolist(), near_zero.float().tolist()
-
-    def _hist_table(self) -> torch.Tensor | None:
-        self._settle()
-        if not self.with_hist:
-            return None
-        if self._hists is None:
-            return torch.zeros(self._records, len(self.paths), self.hist_bins)
-        return self._hists[: self._records].cpu().clone()
+        table, width = self._table, self.hist_bins + 2
+        if table is None or table.hists is None or table.exponents is None:
+            return [(torch.zeros(self._records, width, dtype=torch.float64), EXPONENT_NONE) for _ in self.paths]
+        hists, exponents = table.hists[: self._records].cpu(), table.exponents[: self._records].cpu()
+        out = []
+        for j in range(len(self.paths)):
+            target = exponents[:, j].amax() if self._records else torch.tensor(EXPONENT_NONE)
+            counts = hists[:, j] if self.hist_range is not None else rebin(hists[:, j], exponents[:, j], target)
+            out.append((counts, int(target)))
+        return out
 
     def _index(self, idx: int) -> int:
         modules = len(self.paths)
@@ -239,39 +290,46 @@ class ActivationStats(RecordWriter, HookCallback):
         return idx % modules
 
     def layer_stats(self, idx: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Return `(means, stds, near_zeros)` of module `idx` over the records, each (records,) float32.
+        """Return `(means, stds, at_most_near_zeros)` of module `idx` over the records, each (records,) float32.
 
         Raises:
             ValueError: `idx` is not the index of an observed module.
         """
         j = self._index(idx)
-        means, stds, near_zeros = (torch.tensor([row[j] for row in col], dtype=torch.float32) for col in self._table())
-        return means, stds, near_zeros
+        values = self._statistics()[:, j].float()
+        return tuple(values[:, STATISTICS.index(name)] for name in ("mean", "std", "near_zero"))  # type: ignore[return-value]
 
-    def hist(self, idx: int) -> torch.Tensor:
-        """Return `log1p` of the histogram counts of module `idx`, shape (bins, records).
+    def hist_counts(self, idx: int) -> torch.Tensor:
+        """Return the (records, bins + 2) float64 histogram counts of module `idx` on its common range (`hist_edges`):
+        the bins, then the values below and above a fixed `hist_range` (always 0 for a range that follows the data).
 
         Raises:
             ValueError: `with_hist` is off, or `idx` is not the index of an observed module.
         """
         j = self._index(idx)
-        table = self._hist_table()
-        if table is None:
+        if not self.with_hist:
             raise ValueError("hist needs histograms: create ActivationStats(with_hist=True)")
-        return table[:, j].t().float().log1p()
+        return self._hist_table()[j][0]
+
+    def hist(self, idx: int) -> torch.Tensor:
+        """Return `log1p` of the histogram counts of module `idx`, shape (bins, records), on `hist_edges(idx)`.
+
+        Raises:
+            ValueError: `with_hist` is off, or `idx` is not the index of an observed module.
+        """
+        return self.hist_counts(idx)[:, : self.hist_bins].t().float().log1p()
 
     def hist_edges(self, idx: int) -> torch.Tensor:
-        """Return the (bins + 1,) bin edges of module `idx` (NaN before its first record).
+        """Return the (bins + 1,) float64 bin edges of module `idx` (its common range over the records).
 
         Raises:
             ValueError: `idx` is not the index of an observed module.
         """
-        self._settle()
-        scale_shift = self._scales[self._index(idx)] if self._scales else None
-        if scale_shift is None:
-            return torch.full((self.hist_bins + 1,), math.nan)
-        scale, shift = (float(t) for t in scale_shift)
-        return (torch.arange(self.hist_bins + 1, dtype=torch.float64) - shift).div(scale).float()
+        j = self._index(idx)
+        if self.hist_range is not None:
+            return fixed_edges(self.hist_range, self.hist_bins)
+        exponent = self._hist_table()[j][1] if self.with_hist else EXPONENT_NONE
+        return auto_edges(exponent, self.hist_bins)
 
     def color_dim(self, idx: int, figsize: tuple[float, float] = (10, 5), ax: Any = None) -> Any:
         """Draw the "colorful dimension" plot of module `idx` (histograms over records); return the Figure."""
@@ -280,21 +338,23 @@ class ActivationStats(RecordWriter, HookCallback):
         return color_dim(self.hist(idx), figsize=figsize, ax=ax)
 
     def plot_layer_stats(self, idx: int) -> Any:
-        """Plot mean, std and % near zero of module `idx` over the records; return the Figure."""
+        """Plot mean, std and % at most near zero of module `idx` over the records; return the Figure."""
         from ..plot import layer_stats
 
         return layer_stats(*self.layer_stats(idx))
 
+    # ---- state -----------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Return the records (on the CPU), counts and histogram ranges."""
+        """Return the records (on the CPU): per record and module its moments record, histogram and exponent."""
         self._settle()
-        table = {"counts": torch.tensor(self._counts, dtype=torch.int64).reshape(self._records, len(self.paths))}
-        if self._moments is not None:
-            table["moments"] = self._moments[: self._records].cpu().clone()
-        if self._hists is not None:
-            table["hists"] = self._hists[: self._records].cpu().clone()
-        scales = [None if s is None else torch.stack(s).cpu() for s in self._scales]
-        return {"paths": list(self.paths), "dropped": self.dropped, "tensors": table, "scales": scales}
+        table, records = self._table, self._records
+        tensors: dict[str, torch.Tensor] = {}
+        if table is not None and table.records is not None:
+            tensors["records"] = table.records[:records].cpu().clone()
+            if table.hists is not None and table.exponents is not None:
+                tensors["hists"] = table.hists[:records].cpu().clone()
+                tensors["exponents"] = table.exponents[:records].cpu().clone()
+        return {"paths": list(self.paths), "dropped": self.dropped, "records": records, "tensors": tensors}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore records saved by `state_dict` (the modules are resolved again at fit start).
@@ -305,25 +365,16 @@ class ActivationStats(RecordWriter, HookCallback):
         if self.paths and list(state["paths"]) != self.paths:
             raise ValueError(f"state must be for modules {self.paths}, got {state['paths']}")
         self.paths, self.dropped = list(state["paths"]), int(state["dropped"])
+        self._records, self._cache = int(state["records"]), None
+        table = self._table = self._new_table()
         tensors = state["tensors"]
-        self._counts = tensors["counts"].tolist()
-        self._records = len(self._counts)
-        self._moments, self._hists = tensors.get("moments"), tensors.get("hists")
-        self._scales = [None if s is None else (s[0], s[1]) for s in state["scales"]]
-        self._scale_table = None
-        self._layouts.clear()
-        self._cache = None
-
-
-def _check_options(hist_bins: int, hist_range: tuple[float, float] | None, capacity: int) -> None:
-    if isinstance(hist_bins, bool) or not isinstance(hist_bins, int) or hist_bins < 1:
-        raise ValueError(f"hist_bins must be a positive int, got {hist_bins!r}")
-    if hist_range is not None:
-        low, high = hist_range
-        if not (math.isfinite(low) and math.isfinite(high) and low < high):
-            raise ValueError(f"hist_range must be (low, high) with finite low < high, or None, got {hist_range!r}")
-    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-        raise ValueError(f"capacity must be a positive int, got {capacity!r}")
+        if "records" in tensors and self._records:
+            table.allocate(max(self._records, 1), torch.device("cpu"))
+            if table.records is not None:
+                table.records[: self._records] = tensors["records"]
+            if table.hists is not None and table.exponents is not None and "hists" in tensors:
+                table.hists[: self._records] = tensors["hists"]
+                table.exponents[: self._records] = tensors["exponents"]
 
 
 def _first_float(output: Any) -> torch.Tensor | None:

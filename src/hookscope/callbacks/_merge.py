@@ -1,63 +1,52 @@
 """Merge `ActivationStats` records of several ranks: record k of every rank (its k-th observed batch) becomes
-record k of the result, each module's moments merged by Chan's formulas, near-zero counts and histograms summed.
+record k of the result, each module's records combined by the engine (Chan's formulas, counts summed), histograms
+re-binned exactly to the module's widest range on any rank and summed.
 
 Modules are unioned over ranks (a rank that never saw a module adds nothing to it); ranks with fewer records add
-nothing to the later ones. Histograms add their counts when every rank has the same edges (a fixed
-`hist_range=`), and are re-binned onto a common range otherwise (a `MergeWarning`).
+nothing to the later ones. The sequence is `hookscope.distributed.merge_parts`'s, shared with every merge.
 """
 
 from __future__ import annotations
 
 import datetime
-import math
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from ..distributed import (
-    DEFAULT_TIMEOUT,
-    MergeWarning,
-    all_gather,
-    all_reduce,
-    chan_merge,
-    common_edges,
-    gather_objects,
-    rebin,
-)
+from ..distributed import DEFAULT_TIMEOUT, combine_ranks, merge_parts
+from ..stats import EXPONENT_NONE, RECORD, empty, rebin
 from ._activation_stats import ActivationStats
 
 __all__ = ["combine_activation_stats", "merge_activation_stats"]
+
+_OPTIONS = ("near_zero", "with_hist", "hist_bins", "hist_range", "exact")
+_OPS = {"records": "gather", "hists": "sum"}
 
 
 def merge_activation_stats(stats: ActivationStats, *, timeout: datetime.timedelta = DEFAULT_TIMEOUT) -> ActivationStats:
     """Merge every rank's `stats` into a new `ActivationStats` (not attached); a collective: every rank calls it.
 
-    Every rank joins the same three collectives, also a rank with no records or other modules, each with
-    `timeout`; every rank gets the same merged records. Outside a distributed run: `combine_activation_stats`.
+    Every rank joins the same collectives, also a rank with no records or other modules, each with `timeout`;
+    every rank gets the same merged records. Outside a distributed run: `combine_activation_stats`.
 
     Raises:
         TypeError: `stats` is not `ActivationStats`.
-        ValueError: the ranks' `near_zero`, `with_hist` or `hist_bins` differ (raised on every rank alike).
+        ValueError: the ranks' `near_zero`, `with_hist`, `hist_bins`, `hist_range` or `exact` differ (raised on
+            every rank alike).
     """
     if not isinstance(stats, ActivationStats):
         raise TypeError(f"stats must be ActivationStats, got {type(stats).__name__}")
-    state = stats.state_dict()
-    own = _header(stats, state)
-    headers = gather_objects(own, timeout=timeout)
-    layout = _Layout.build(headers)
-    moments = torch.stack(all_gather(_pack_moments(state, layout), timeout=timeout))
-    hists = all_reduce(_pack_hists(state, own, layout), "sum", timeout=timeout)
-    return _build(headers, layout, moments, hists)
+    return _merge(stats, None, timeout)
 
 
 def combine_activation_stats(parts: Sequence[ActivationStats]) -> ActivationStats:
     """Merge the `ActivationStats` of several ranks given together (rank 0 first); no collective.
 
     Raises:
-        ValueError: `parts` is empty, or their `near_zero`, `with_hist` or `hist_bins` differ.
+        ValueError: `parts` is empty, or their `near_zero`, `with_hist`, `hist_bins`, `hist_range` or `exact`
+            differ.
         TypeError: an element of `parts` is not `ActivationStats`.
     """
     parts = list(parts)
@@ -66,137 +55,93 @@ def combine_activation_stats(parts: Sequence[ActivationStats]) -> ActivationStat
     for part in parts:
         if not isinstance(part, ActivationStats):
             raise TypeError(f"parts must hold ActivationStats only, got {type(part).__name__}")
-    states = [part.state_dict() for part in parts]
-    headers = [_header(part, state) for part, state in zip(parts, states, strict=True)]
-    layout = _Layout.build(headers)
-    moments = torch.stack([_pack_moments(state, layout) for state in states])
-    hists = torch.stack([_pack_hists(s, h, layout) for s, h in zip(states, headers, strict=True)]).sum(0)
-    return _build(headers, layout, moments, hists)
+    return _merge(None, parts, DEFAULT_TIMEOUT)
 
 
-def _header(stats: ActivationStats, state: dict[str, Any]) -> dict[str, Any]:
-    """What every rank needs to know of one rank's records: modules, record count, options, histogram edges."""
-    edges = {}
-    for path, scale_shift in zip(state["paths"], state["scales"], strict=True):
-        if scale_shift is not None:
-            scale, shift = (float(v) for v in scale_shift)
-            edges[path] = ((torch.arange(stats.hist_bins + 1, dtype=torch.float64) - shift) / scale).tolist()
+def _merge(
+    own: ActivationStats | None, parts: list[ActivationStats] | None, timeout: datetime.timedelta
+) -> ActivationStats:
+    return merge_parts(
+        own, parts, header=_header, layout=_Layout.build, pack=_pack, ops=_OPS, assemble=_assemble, timeout=timeout
+    )
+
+
+def _header(stats: ActivationStats) -> dict[str, Any]:
+    """What every rank needs to know of one rank's records: modules, record count, options, histogram ranges."""
+    state = stats.state_dict()
+    exponents = state["tensors"].get("exponents")
+    widest = [EXPONENT_NONE] * len(state["paths"])
+    if exponents is not None and exponents.numel():
+        widest = exponents.amax(0).tolist()
     return {
         "paths": list(state["paths"]),
-        "records": int(state["tensors"]["counts"].shape[0]),
+        "records": int(state["records"]),
         "dropped": int(state["dropped"]),
-        "options": {"near_zero": stats.near_zero, "with_hist": stats.with_hist, "hist_bins": stats.hist_bins},
-        "hist_range": stats.hist_range,
+        "options": {name: getattr(stats, name) for name in _OPTIONS},
         "every": stats.every,
         "capacity": stats.capacity,
-        "edges": edges,
+        "exponents": dict(zip(state["paths"], widest, strict=True)),
     }
 
 
 @dataclass
 class _Layout:
-    """The union of modules and records over ranks, and each module's histogram edges (the same on all ranks)."""
+    """The union of modules and records over ranks, and each module's widest histogram range."""
 
     paths: list[str]
     records: int
-    bins: int
-    edges: dict[str, tuple[torch.Tensor, bool]]  # path -> (edges, the same on every rank)
+    exponents: list[int]
 
     @classmethod
     def build(cls, headers: list[dict[str, Any]]) -> _Layout:
-        for option in ("near_zero", "with_hist", "hist_bins"):
+        for option in _OPTIONS:
             values = [h["options"][option] for h in headers]
-            if len(set(values)) > 1:
+            if any(v != values[0] for v in values):
                 raise ValueError(
                     f"{option} must be the same on every rank, got {values} (rank order); create ActivationStats "
                     "with the same arguments on every rank"
                 )
-        found: dict[str, list[torch.Tensor]] = {}
-        for header in headers:
-            for path, values in header["edges"].items():
-                found.setdefault(path, []).append(torch.tensor(values, dtype=torch.float64))
-        return cls(
-            paths=list(dict.fromkeys(p for h in headers for p in h["paths"])),
-            records=max(h["records"] for h in headers),
-            bins=headers[0]["options"]["hist_bins"],
-            edges={path: common_edges(edges) for path, edges in found.items()},
-        )
+        paths = list(dict.fromkeys(p for h in headers for p in h["paths"]))
+        widest = [max(h["exponents"].get(p, EXPONENT_NONE) for h in headers) for p in paths]
+        return cls(paths, max(h["records"] for h in headers), widest)
 
 
-def _pack_moments(state: dict[str, Any], layout: _Layout) -> torch.Tensor:
-    """(records, modules, 4) float64 of count, mean, m2 and near-zero count, zero where not observed."""
-    packed = torch.zeros(layout.records, len(layout.paths), 4, dtype=torch.float64)
-    counts = state["tensors"]["counts"].double()
-    moments = state["tensors"].get("moments")
-    if moments is None or counts.numel() == 0:
-        return packed
-    rows = counts.shape[0]
-    moments = moments[:rows].double()
-    seen = counts > 0
-    columns = [layout.paths.index(p) for p in state["paths"]]
-    values = torch.stack((counts, moments[..., 0], moments[..., 1] * counts, moments[..., 2]), dim=-1)
-    packed[:rows, columns] = torch.where(seen[..., None], values, 0.0)
-    return packed
+def _pack(stats: ActivationStats, header: dict[str, Any], layout: _Layout) -> dict[str, torch.Tensor]:
+    """This rank's records and histograms aligned to `layout` (empty where it saw nothing)."""
+    state, options = stats.state_dict(), header["options"]
+    rows, width = header["records"], options["hist_bins"] + 2
+    records = empty((layout.records, len(layout.paths)), saturating=True)
+    records[..., RECORD.index("saturated")] = float("nan")
+    hists = torch.zeros(layout.records, len(layout.paths), width, dtype=torch.float64)
+    tensors = state["tensors"]
+    columns = [layout.paths.index(p) for p in header["paths"]]
+    if "records" in tensors and rows:
+        records[:rows, columns] = tensors["records"].double()
+    if "hists" in tensors and rows:
+        target = torch.tensor([layout.exponents[c] for c in columns])
+        own = tensors["hists"].double()
+        if options["hist_range"] is None:
+            own = rebin(own, tensors["exponents"], target.expand(rows, -1))
+        hists[:rows, columns] = own
+    return {"records": records, "hists": hists}
 
 
-def _pack_hists(state: dict[str, Any], header: dict[str, Any], layout: _Layout) -> torch.Tensor:
-    """(records, modules, bins) float64 histogram counts on the common edges (re-binned where ranks differ)."""
-    packed = torch.zeros(layout.records, len(layout.paths), layout.bins, dtype=torch.float64)
-    hists = state["tensors"].get("hists")
-    if hists is None:
-        return packed
-    for j, path in enumerate(state["paths"]):
-        if path in header["edges"]:
-            target, exact = layout.edges[path]
-            own = torch.tensor(header["edges"][path], dtype=torch.float64)
-            counts = hists[:, j].double()
-            column = layout.paths.index(path)
-            packed[: counts.shape[0], column] = counts if exact else rebin(counts, own, target)
-    return packed
-
-
-def _build(
-    headers: list[dict[str, Any]], layout: _Layout, moments: torch.Tensor, hists: torch.Tensor
-) -> ActivationStats:
+def _assemble(headers: list[dict[str, Any]], layout: _Layout, tables: dict[str, torch.Tensor]) -> ActivationStats:
     """A new `ActivationStats` holding the merged records."""
-    count, mean, m2 = moments[0, ..., 0], moments[0, ..., 1], moments[0, ..., 2]
-    merged = (count, mean, m2)
-    for r in range(1, moments.shape[0]):
-        merged = chan_merge(merged, (moments[r, ..., 0], moments[r, ..., 1], moments[r, ..., 2]))
-    count, mean, m2 = merged
-    variance = m2 / count.clamp(min=1)
     first, options = headers[0], headers[0]["options"]
     result = ActivationStats(
         with_hist=options["with_hist"],
         every=first["every"],
         near_zero=options["near_zero"],
-        hist_bins=layout.bins,
-        hist_range=first["hist_range"],
+        hist_bins=options["hist_bins"],
+        hist_range=options["hist_range"],
         capacity=max(first["capacity"], layout.records, 1),
+        exact=options["exact"],
     )
-    tensors = {
-        "counts": count.round().long(),
-        "moments": torch.stack((mean, variance, moments[..., 3].sum(0)), dim=-1).float(),
-    }
+    tensors = {"records": combine_ranks(tables["records"])}
     if options["with_hist"]:
-        tensors["hists"] = hists.reshape(layout.records, len(layout.paths), layout.bins).float()
-    scales = [_scale(layout.edges[p][0]) if p in layout.edges else None for p in layout.paths]
-    dropped = sum(h["dropped"] for h in headers)
-    result.load_state_dict({"paths": layout.paths, "dropped": dropped, "tensors": tensors, "scales": scales})
-    rebinned = [path for path, (_, exact) in layout.edges.items() if not exact]
-    if rebinned:
-        warnings.warn(
-            f"histograms of {len(rebinned)} module(s) have different bin edges on different ranks and were "
-            f"re-binned onto a common range (approximate): {', '.join(map(repr, rebinned[:5]))}; pass "
-            "ActivationStats(hist_range=(low, high)) for exact merges",
-            MergeWarning,
-            stacklevel=3,
-        )
+        tensors["hists"] = tables["hists"]
+        tensors["exponents"] = torch.tensor(layout.exponents, dtype=torch.int64).expand(layout.records, -1).clone()
+    state = {"paths": layout.paths, "dropped": sum(h["dropped"] for h in headers), "records": layout.records}
+    result.load_state_dict({**state, "tensors": tensors})
     return result
-
-
-def _scale(edges: torch.Tensor) -> torch.Tensor:
-    """`(scale, shift)` mapping the range of `edges` onto `[0, bins]`, as ActivationStats keeps it."""
-    low, high, bins = float(edges[0]), float(edges[-1]), edges.numel() - 1
-    scale = bins / (high - low) if high > low else math.inf
-    return torch.tensor([scale, -low * scale], dtype=torch.float32)

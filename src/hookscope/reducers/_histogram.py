@@ -52,7 +52,7 @@ class HistogramReducer(Reducer):
 
     def __init__(self, bins: int, range: tuple[float, float] | None = None) -> None:
         self.bounds = check_range("range", range)
-        self.bins = check_bins(bins, automatic=self.bounds is None)
+        self.bins = check_bins("bins", bins, automatic=self.bounds is None)
         super().__init__()
         self._acc: dict[str, torch.Tensor] = {}
         self._reset()

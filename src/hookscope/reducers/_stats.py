@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import torch
@@ -63,8 +64,10 @@ class StatsReducer(Reducer):
     """
 
     def __init__(self, near_zero: float = NEAR_ZERO) -> None:
-        if isinstance(near_zero, bool) or not isinstance(near_zero, (int, float)) or not 0 <= near_zero < float("inf"):
-            raise ValueError(f"near_zero must be a finite number >= 0 (|x| <= near_zero is near zero), got {near_zero!r}")
+        if isinstance(near_zero, bool) or not isinstance(near_zero, (int, float)) or not 0 <= near_zero < math.inf:
+            raise ValueError(
+                f"near_zero must be a finite number >= 0 (|x| <= near_zero is near zero), got {near_zero!r}"
+            )
         super().__init__()
         self.near_zero = float(near_zero)
         self._spec = Spec(near_zero=self.near_zero)

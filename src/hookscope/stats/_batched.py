@@ -44,7 +44,9 @@ class Segments:
         self.groups = count
         self.values = sum(sizes)
         self.sizes = _to(torch.tensor(totals, dtype=torch.float64), device)
-        self.segment = _to(torch.repeat_interleave(torch.tensor(groups, dtype=torch.int64), torch.tensor(sizes)), device)
+        self.segment = _to(
+            torch.repeat_interleave(torch.tensor(groups, dtype=torch.int64), torch.tensor(sizes)), device
+        )
         self.saturation: tuple[torch.Tensor, torch.Tensor] | None = None
         if bounds is not None and any(b is not None for b in bounds):
             middle = [math.nan if b is None else (b[0] + b[1]) / 2 for b in bounds]
@@ -109,4 +111,3 @@ def _to(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     if device.type == "cuda":
         return tensor.pin_memory().to(device, non_blocking=True)
     return tensor.to(device)
-

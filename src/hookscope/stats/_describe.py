@@ -117,8 +117,12 @@ def describe_large(x: torch.Tensor, spec: Spec, sampler: Sampler | None) -> Desc
         Column.COUNT: count,
         Column.MEAN: mean,
         Column.DEVIATION: deviation,
-        Column.MIN: torch.where(torch.isfinite(smallest), smallest.double(), torch.where(finite > 0, values, inf).amin()),
-        Column.MAX: torch.where(torch.isfinite(largest), largest.double(), torch.where(finite > 0, values, -inf).amax()),
+        Column.MIN: torch.where(
+            torch.isfinite(smallest), smallest.double(), torch.where(finite > 0, values, inf).amin()
+        ),
+        Column.MAX: torch.where(
+            torch.isfinite(largest), largest.double(), torch.where(finite > 0, values, -inf).amax()
+        ),
         Column.NONFINITE: nonfinite,
         Column.NEAR_ZERO: (spec.near(clean) * finite).sum() * (count / kept),
         Column.SATURATED: (spec.saturated(clean) * finite).sum() * (count / kept),

@@ -30,6 +30,7 @@ __all__ = [
     "check_range",
     "counts",
     "exponent_of",
+    "exponent_of_edges",
     "fixed_edges",
     "rebin",
     "segment_counts",
@@ -45,15 +46,20 @@ UNDERFLOW, OVERFLOW = -2, -1
 """Columns of the counts of values below / above a fixed range."""
 
 
-def check_bins(bins: object, automatic: bool) -> int:
-    """Return `bins` checked: a positive int, even for the automatic range (so that the edges nest).
+def check_bins(name: str, bins: object, automatic: bool) -> int:
+    """Return `bins` (the argument `name`) checked: a positive int, even for the automatic range (so that the edges
+    nest).
 
     Raises:
         ValueError: it is not.
     """
     if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1 or (automatic and bins % 2):
-        rule = "a positive even int (the automatic range doubles symmetrically)" if automatic else "a positive int"
-        raise ValueError(f"bins must be {rule}, got {bins!r}")
+        rule = (
+            "a positive even int (a range that follows the data doubles symmetrically)"
+            if automatic
+            else "a positive int"
+        )
+        raise ValueError(f"{name} must be {rule}, got {bins!r}")
     return bins
 
 
@@ -65,15 +71,14 @@ def check_range(name: str, bounds: object) -> tuple[float, float] | None:
     """
     if bounds is None:
         return None
-    valid = isinstance(bounds, (tuple, list)) and len(bounds) == 2
-    valid = valid and all(isinstance(b, (int, float)) and not isinstance(b, bool) and math.isfinite(b) for b in bounds)
-    if not valid or not bounds[0] < bounds[1]:  # type: ignore[index]
+    pair = list(bounds) if isinstance(bounds, (tuple, list)) else []
+    numbers = [b for b in pair if isinstance(b, (int, float)) and not isinstance(b, bool) and math.isfinite(b)]
+    if len(pair) != 2 or len(numbers) != 2 or not numbers[0] < numbers[1]:
         raise ValueError(
             f"{name} must be a pair (low, high) of finite numbers with low < high, or None (a range that follows "
             f"the data), got {bounds!r}"
         )
-    low, high = bounds  # type: ignore[misc]
-    return float(low), float(high)
+    return float(numbers[0]), float(numbers[1])
 
 
 def exponent_of(largest: torch.Tensor) -> torch.Tensor:
@@ -167,6 +172,15 @@ def auto_edges(exponent: int, bins: int) -> torch.Tensor:
     edges = steps * math.ldexp(1.0, half) * math.ldexp(1.0, exponent - half)
     largest = torch.finfo(torch.float64).max
     return edges.clamp(-largest, largest)
+
+
+def exponent_of_edges(edges: torch.Tensor) -> int:
+    """The exponent of the automatic range whose edges (`auto_edges`) are `edges`."""
+    top = float(edges[-1])
+    if top >= torch.finfo(torch.float64).max:
+        return EXPONENT_MAX
+    mantissa, exponent = math.frexp(top)  # top = 2**e = 0.5 * 2**(e + 1)
+    return exponent - 1 if mantissa == 0.5 else EXPONENT_NONE
 
 
 def fixed_edges(bounds: tuple[float, float], bins: int) -> torch.Tensor:

@@ -93,7 +93,9 @@ class _Table:
         unique = list(dict.fromkeys(cells))
         where = {cell: k for k, cell in enumerate(unique)}
         device = self.device or torch.device("cpu")
-        return _to(torch.tensor(unique), device), _to(torch.tensor([where[c] for c in cells] + list(range(len(unique)))), device)
+        return _to(torch.tensor(unique), device), _to(
+            torch.tensor([where[c] for c in cells] + list(range(len(unique)))), device
+        )
 
     def flush(self) -> None:
         """Write every observation waiting into its cell."""
@@ -202,6 +204,24 @@ class RecordTable(_Table):
             else:
                 out.append(self.units[slot[0] : slot[0] + slot[1]] / self.unit_values[key])
         return out
+
+    def unit_state(self) -> tuple[list[torch.Tensor | None], list[float]]:
+        """Per key, its active counts per unit (on the CPU; `None` before any) and values observed per unit."""
+        self.flush()
+        counts: list[torch.Tensor | None] = []
+        for slot in self.unit_slots:
+            found = None if slot is None or self.units is None else self.units[slot[0] : slot[0] + slot[1]].cpu()
+            counts.append(None if found is None else found.clone())
+        return counts, list(self.unit_values)
+
+    def load_unit_state(self, counts: list[torch.Tensor | None], values: list[float], device: torch.device) -> None:
+        """Replace the unit activity by what `unit_state` returned."""
+        self.units, self.unit_slots, self.unit_values = None, [None] * self.keys, [float(v) for v in values]
+        for key, found in enumerate(counts):
+            if found is not None:
+                start = self._unit_slot(key, found.numel(), device)
+                if self.units is not None and start is not None:
+                    self.units[start : start + found.numel()] = found.reshape(-1).to(self.units)
 
     def reset(self, row: int) -> None:
         """Empty the cells of `row`."""
@@ -364,6 +384,14 @@ class NormTable(_Table):
             self._keep_small(row, key, x, owned)
         else:
             self._large.append((row, key, norm_of(x.detach(), self.sampler)))
+
+    def add_flat(self, row: int, keys: list[int], shapes: list[tuple[int, ...]], flat: torch.Tensor) -> None:
+        """Observe several small tensors of cell row given concatenated in `flat` (a float32 tensor nobody else
+        holds: the parameters of an optimizer step in one copy), `keys[i]` of shape `shapes[i]`."""
+        sizes = [math.prod(shape) for shape in shapes]
+        for key, shape, part in zip(keys, shapes, torch.split(flat, sizes), strict=True):
+            self._small.append((row, key, part.view(shape)))
+        self.pending_values += flat.numel()
 
     def add_record(self, row: int, key: int, norm: torch.Tensor) -> None:
         """Add a norm record made elsewhere (a compiled backward's, for instance) to cell (row, key)."""

@@ -1,16 +1,16 @@
 """watch(): one line to monitor a model while it trains, and `WatchResults`, what it collected.
 
 `_api.py` holds `watch()`; `_watch.py` `Watch` (a `hookscope.callbacks.Callback` that drives itself in plain
-loops; `_scaler.py` its view of a `GradScaler`); `_recorder.py` the hooks and what they leave for the steps'
-rows (`_step.py` and `_batch.py` write closed steps, many at once; `_buffers.py` holds one row per recorded
-step, flushed in one transfer); `_kernels.py` the per-tensor statistics (a few torch calls, never a host sync);
-`_store.py` the bounded host-side store; `_assemble.py` and `_extras.py` turn all of it into `WatchResults`
+loops; `_scaler.py` its view of a `GradScaler`); `_recorder.py` the hooks, `_step.py` and `_params.py` what they
+add to the steps' rows (`_buffers.py`: one row per recorded step in the engine's tables, `hookscope.stats`, moved
+to the host when full or read; every statistic is the engine's); `_inspect.py` what is read from modules besides
+statistics; `_store.py` the bounded host-side store; `_assemble.py` and `_extras.py` turn all of it into `WatchResults`
 (`_results.py`: the schema the doctor, plots and report read, saved as safetensors + JSON); `_sinks.py` sends
 flushed steps to CSV, JSON lines or TensorBoard; `_state.py` resumes a run.
 """
 
 from ._api import watch
-from ._kernels import identical_units
+from ._inspect import identical_units
 from ._merge import combine_results, merge_results
 from ._options import GROUPS
 from ._results import ACTIVATION_STATS, GRAD_STATS, WatchResults

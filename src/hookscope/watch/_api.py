@@ -33,6 +33,7 @@ def watch(
     doctor: bool = False,
     doctor_every: int = 100,
     scaler: torch.amp.GradScaler | None = None,
+    exact: bool = False,
 ) -> Watch:
     """Monitor `model` while it trains: use as `with watch(model, opt) as w: <train>`, then `w.results()`.
 
@@ -80,6 +81,10 @@ def watch(
             skips (non-finite gradients) is a step of its own, listed in `results().skipped_steps`, with no
             parameter gradients or update ratios. Without it, such a step's forward merges into the next step.
             Parameter-gradient norms are unscaled either way (`scaler.step` unscales before the optimizer).
+        exact: Describe every value of outputs of more than 131072 values. By default they are described from a
+            sample of at most 32768 values (their count, mean, min and max stay exact; std, the near-zero and
+            saturated fractions, histograms and unit activity are estimates, and `activations[path]["sampled"]`
+            says which steps were sampled), which keeps monitoring cheap on large models.
 
     Returns:
         The `Watch` (not attached yet: `with` or `attach()` attaches it).
@@ -105,4 +110,5 @@ def watch(
         model, optimizer, select=select, every=every, train_only=train_only, groups=groups, capacity=capacity,
         buffer_steps=buffer_steps, hist_bins=hist_bins, hist_range=hist_range, near_zero=near_zero,
         check_nonfinite=check_nonfinite, sinks=sinks, doctor=doctor, doctor_every=doctor_every, scaler=scaler,
+        exact=exact,
     )  # fmt: skip

@@ -6,12 +6,15 @@ from typing import Any
 
 import torch
 
+from ..stats import auto_edges, fixed_edges, rebin
 from ._buffers import Chunk
+from ._options import WatchOptions
 from ._results import ACTIVATION_STATS, GRAD_STATS, WatchResults
 
 __all__ = ["build_results", "first_nonfinite", "merge_first"]
 
 _NONFINITE = ACTIVATION_STATS.index("nonfinite")
+_COUNT = ACTIVATION_STATS.index("count")
 
 
 def build_results(
@@ -19,18 +22,21 @@ def build_results(
     paths: list[str],
     kinds: list[str],
     param_names: list[str],
-    groups: frozenset[str],
-    with_hist: list[bool] | None = None,
+    options: WatchOptions,
 ) -> WatchResults:
-    """Build the per-layer series of `WatchResults` from `table` (empty series when `table` is `None`)."""
+    """Build the per-layer series of `WatchResults` from `table` (empty series when `table` is `None`).
+
+    Each layer's histograms are brought to one range: the widest of its rows (re-binned exactly), or the fixed
+    `hist_range`, whose edges go into `hist_edges`.
+    """
     if table is None:
-        table = _empty(len(paths), len(param_names))
+        table = _empty(len(paths), len(param_names), options.hist_bins)
+    groups = options.groups
     results = WatchResults(steps=table.steps.clone(), layers=dict(zip(paths, kinds, strict=True)))
     if "activations" in groups:
         results.activations = {p: _columns(table.activations[:, j], ACTIVATION_STATS) for j, p in enumerate(paths)}
     if "histograms" in groups:
-        shown = with_hist or [True] * len(paths)
-        results.histograms = {p: table.histograms[:, j].clone() for j, p in enumerate(paths) if shown[j]}
+        _histograms(results, table, paths, options)
     if "output_grads" in groups:
         results.output_grads = {p: _columns(table.output_grads[:, j], GRAD_STATS) for j, p in enumerate(paths)}
     if "param_grads" in groups:
@@ -42,19 +48,37 @@ def build_results(
     return results
 
 
+def _histograms(results: WatchResults, table: Chunk, paths: list[str], options: WatchOptions) -> None:
+    """Fill the histograms of every layer that was observed, on one range per layer."""
+    bins, seen = options.hist_bins, table.activations[..., _COUNT].nan_to_num(0.0) > 0  # (S, modules)
+    for j, path in enumerate(paths):
+        if not bool(seen[:, j].any()):
+            continue
+        counts = table.histograms[:, j]
+        if options.hist_range is not None:
+            results.hist_edges[path] = fixed_edges(options.hist_range, bins)
+            results.hist_outside[path] = counts[:, bins:].clone()
+        else:
+            target = table.exponents[:, j].amax()
+            counts = rebin(counts, table.exponents[:, j], target)
+            results.hist_edges[path] = auto_edges(int(target), bins)
+        results.histograms[path] = counts[:, :bins].clone()
+
+
 def _columns(values: torch.Tensor, names: tuple[str, ...]) -> dict[str, torch.Tensor]:
     return {name: values[:, k].clone() for k, name in enumerate(names)}
 
 
-def _empty(modules: int, params: int) -> Chunk:
+def _empty(modules: int, params: int, bins: int) -> Chunk:
     return Chunk(
         steps=torch.zeros(0, dtype=torch.int64),
-        activations=torch.zeros(0, modules, len(ACTIVATION_STATS)),
-        histograms=torch.zeros(0, modules, 0),
-        output_grads=torch.zeros(0, modules, len(GRAD_STATS)),
-        param_grads=torch.zeros(0, params, len(GRAD_STATS)),
-        update_ratios=torch.zeros(0, params),
-        losses=torch.zeros(0),
+        activations=torch.zeros(0, modules, len(ACTIVATION_STATS), dtype=torch.float64),
+        histograms=torch.zeros(0, modules, bins + 2, dtype=torch.float64),
+        exponents=torch.zeros(0, modules, dtype=torch.int64),
+        output_grads=torch.zeros(0, modules, len(GRAD_STATS), dtype=torch.float64),
+        param_grads=torch.zeros(0, params, len(GRAD_STATS), dtype=torch.float64),
+        update_ratios=torch.zeros(0, params, dtype=torch.float64),
+        losses=torch.zeros(0, dtype=torch.float64),
     )
 
 

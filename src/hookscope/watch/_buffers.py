@@ -1,37 +1,50 @@
-"""Preallocated device rows for the recorded steps, flushed to the host in one transfer when full or read.
+"""Device rows for the recorded steps, moved to the host in one transfer per table when full or read.
 
-`StepBuffers` holds one flat row per recorded step (up to `rows`), laid out by `RowLayout`: every statistic of
-every module and parameter has a fixed column, so a step's results are written with a handful of `index_copy_`
-/ `index_add_` calls and a whole chunk of steps moves to the CPU with one copy. Python-side counters say what
-each row has seen; `take()` turns rows into a `Chunk` with the final statistics (`ACTIVATION_STATS`,
-`GRAD_STATS`), NaN where nothing was observed.
+`StepBuffers` holds a ring of `rows` slots, one per recorded step, in the engine's tables (`hookscope.stats`):
+a `RecordTable` of activations (a moments record, a histogram and its range per module, and unit activity), a
+`NormTable` of output gradients per module, one of parameter gradients and one of updates and weights per
+parameter (their norms give the update ratio), and the loss. Hooks add observations to the open step's slot;
+the tables write them in batches. `take()` moves the rows to the CPU as a `Chunk` of final statistics
+(`STATISTICS`, `GRAD_STATS`), NaN where nothing was observed.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-__all__ = ["ACTIVATION", "OUTPUT_GRAD", "PARAM_GRAD", "UPDATE", "WEIGHT", "Chunk", "RowLayout", "StepBuffers"]
+from ..stats import (
+    NORM,
+    STATISTICS,
+    NormTable,
+    RecordTable,
+    Sampler,
+    Spec,
+    finalize,
+    ratio_of_norms,
+)
+from ._options import WatchOptions
 
-ACTIVATION, OUTPUT_GRAD, PARAM_GRAD, UPDATE, WEIGHT = 0, 1, 2, 3, 4
-"""Kinds of recorded tensors (activation of a module, gradient of its output, gradient of a parameter, change of
-a parameter in an optimizer step, the parameter after it)."""
+__all__ = ["Chunk", "StepBuffers"]
 
 
 @dataclass
 class Chunk:
     """Recorded steps on the CPU: every table has one row per step, NaN where nothing was observed.
 
-    Shapes: steps (S,); activations (S, modules, len(ACTIVATION_STATS)); histograms (S, modules, bins);
-    output_grads (S, modules, 2); param_grads (S, params, 2); update_ratios (S, params); losses (S,).
+    Shapes: steps (S,) int64; activations (S, modules, len(STATISTICS)); histograms (S, modules, bins + 2) counts
+    (bins, then below and above a fixed range) on each row's own range; exponents (S, modules) int64, the
+    automatic range of each row; output_grads (S, modules, 2) and param_grads (S, params, 2) (norm, non-finite
+    count); update_ratios (S, params); losses (S,). Floats are float64.
     """
 
     steps: torch.Tensor
     activations: torch.Tensor
     histograms: torch.Tensor
+    exponents: torch.Tensor
     output_grads: torch.Tensor
     param_grads: torch.Tensor
     update_ratios: torch.Tensor
@@ -40,99 +53,82 @@ class Chunk:
 
     def select(self, keep: torch.Tensor) -> Chunk:
         """Return the rows where the boolean mask `keep` is true."""
-        tables = {name: getattr(self, name)[keep] for name in _TABLES}
+        tables = {name: getattr(self, name)[keep] for name in TABLES}
         return Chunk(**tables, has_loss=self.has_loss)
 
     @staticmethod
     def concat(chunks: list[Chunk]) -> Chunk:
         """Stack chunks along the step dimension (at least one chunk)."""
-        tables = {name: torch.cat([getattr(c, name) for c in chunks]) for name in _TABLES}
+        tables = {name: torch.cat([getattr(c, name) for c in chunks]) for name in TABLES}
         return Chunk(**tables, has_loss=any(c.has_loss for c in chunks))
 
     def __len__(self) -> int:
         return int(self.steps.numel())
 
 
-_TABLES = ("steps", "activations", "histograms", "output_grads", "param_grads", "update_ratios", "losses")
-
-
-class RowLayout:
-    """Columns of one step's row: per module 7 raw activation statistics (`RAW_ACTIVATION`), `bins` histogram
-    counts and 3 output-gradient columns (sum of squares, non-finite count, value count); per parameter 2
-    gradient columns (sum of squares, non-finite count) and 2 update columns (sums of squares of the change in
-    an optimizer step and of the weight after it: their ratio's root is the update ratio); the loss; a dump
-    column that absorbs writes with nowhere to go."""
-
-    def __init__(self, modules: int, params: int, bins: int) -> None:
-        self.modules, self.params, self.bins = modules, params, bins
-        self.hist_at = modules * 7
-        self.grad_at = self.hist_at + modules * bins
-        self.param_at = self.grad_at + modules * 3
-        self.ratio_at = self.param_at + params * 2
-        self.loss_at = self.ratio_at + params * 2
-        self.dump = self.loss_at + 1
-        self.width = self.dump + 1
-
-    def start(self, kind: int, index: int) -> int:
-        """The first column of the statistics of `kind` (`ACTIVATION` ...) for module or parameter `index`."""
-        if kind == ACTIVATION:
-            return index * 7
-        if kind == OUTPUT_GRAD:
-            return self.grad_at + index * 3
-        if kind == PARAM_GRAD:
-            return self.param_at + index * 2
-        return self.ratio_at + index * 2 + (kind == WEIGHT)
-
-    def hist(self, index: int) -> int:
-        """The first histogram column of module `index`."""
-        return self.hist_at + index * self.bins
-
-    def split(self, table: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Views of a (rows, width) table: activations (rows, modules, 7), histograms, output_grads (rows,
-        modules, 3), param_grads (rows, params, 2), update_ratios (rows, params, 2: change and weight sums of
-        squares), losses."""
-        m, p, bins, rows = self.modules, self.params, self.bins, table.shape[0]
-        return {
-            "activations": table[:, : self.hist_at].view(rows, m, 7),
-            "histograms": table[:, self.hist_at : self.grad_at].view(rows, m, bins),
-            "output_grads": table[:, self.grad_at : self.param_at].view(rows, m, 3),
-            "param_grads": table[:, self.param_at : self.ratio_at].view(rows, p, 2),
-            "update_ratios": table[:, self.ratio_at : self.loss_at].view(rows, p, 2),
-            "losses": table[:, self.loss_at],
-        }
+TABLES = ("steps", "activations", "histograms", "exponents", "output_grads", "param_grads", "update_ratios", "losses")
 
 
 class StepBuffers:
     """Device rows for up to `rows` recorded steps of `modules` modules and `params` parameters.
 
     Rows are a ring addressed by a row id that only grows (`slot = row_id % rows`): writers keep the id of the
-    row they write into and check `is_live(row_id)`, so a row flushed meanwhile is never written again. A new
-    row starts at zero (histograms and gradient sums accumulate into it).
+    row they write into and check `is_live(row_id)`, so a row moved to the host meanwhile is never written again.
+    A new row starts empty.
+
+    Args:
+        options: The watch's options (groups, bins, range, near-zero threshold, sampling).
+        modules: The number of watched modules.
+        params: The number of watched parameters.
+        saturation: Per module, the bounds of a saturating module or `None`.
+        unit_dim: `(module, ndim) -> unit dim or None` for unit activity.
     """
 
-    def __init__(self, rows: int, modules: int, params: int, bins: int) -> None:
-        self.rows, self.modules, self.params, self.bins = rows, modules, params, bins
-        self.layout = RowLayout(modules, params, bins)
-        self.first_id = 0  # the oldest row not flushed yet
+    def __init__(
+        self,
+        options: WatchOptions,
+        modules: int,
+        params: int,
+        saturation: list[tuple[float, float] | None],
+        unit_dim: Callable[[int, int], int | None] | None,
+    ) -> None:
+        self.rows, self.modules, self.params = options.buffer_steps, modules, params
+        sampler = None if options.exact else Sampler()
+        groups = options.groups
+        self.acts = RecordTable(
+            modules,
+            Spec(near_zero=options.near_zero),
+            bins=options.hist_bins if "histograms" in groups else None,
+            hist_range=options.hist_range,
+            saturation=saturation,
+            sampler=sampler,
+            unit_dim=unit_dim if "unit_activity" in groups else None,
+        )
+        self.grads = NormTable(modules, sampler)
+        self.param_grads = NormTable(params, sampler)
+        self.updates = NormTable(2 * params, sampler)  # change of parameter p at key p, its weight at params + p
+        self.tables = (self.acts, self.grads, self.param_grads, self.updates)
+        self.bins = options.hist_bins
+        self.first_id = 0  # the oldest row not taken yet
         self.next_id = 0  # the id the next row gets
-        self.steps = [0] * rows
-        self.counts = [[0] * modules for _ in range(rows)]  # activation values observed per (slot, module)
-        self.param_seen = [False] * rows
-        self.ratio_seen = [False] * rows
-        self.loss_calls = [0] * rows
+        self.steps = [0] * self.rows
+        self.loss_calls = [0] * self.rows
+        self.grad_factors: list[torch.Tensor | None] = [None] * self.rows  # 1 / loss scale of the row's backward
+        self.losses: torch.Tensor | None = None
         self.device: torch.device | None = None
-        self.table: torch.Tensor | None = None  # (rows, layout.width) float32
 
-    def allocate(self, device: torch.device) -> torch.Tensor:
-        """Allocate the device rows on `device` (once) and return the (rows, width) table."""
-        if self.table is None:
+    def allocate(self, device: torch.device) -> None:
+        """Allocate the rows on `device` (once)."""
+        if self.device is None:
             self.device = device
-            self.table = torch.zeros(self.rows, self.layout.width, device=device)
-        return self.table
+            for table in self.tables:
+                table.allocate(self.rows, device)
+            self.losses = torch.zeros(self.rows, dtype=torch.float64, device=device)
 
-    def row(self, row_id: int, device: torch.device) -> torch.Tensor:
-        """The (width,) row of `row_id` (allocated on `device` when nothing is yet)."""
-        return self.allocate(device)[row_id % self.rows]
+    def slot(self, row_id: int, device: torch.device) -> int:
+        """The slot of `row_id`, the rows allocated on `device` if nothing is yet."""
+        self.allocate(device)
+        return row_id % self.rows
 
     @property
     def is_full(self) -> bool:
@@ -140,69 +136,102 @@ class StepBuffers:
         return self.next_id - self.first_id >= self.rows
 
     def is_live(self, row_id: int) -> bool:
-        """Whether row `row_id` is still in the buffers (not flushed)."""
+        """Whether row `row_id` is still in the buffers (not taken)."""
         return self.first_id <= row_id < self.next_id
 
+    @property
+    def pending_values(self) -> int:
+        """Small values waiting in the tables."""
+        return sum(table.pending_values for table in self.tables)
+
+    def flush(self) -> None:
+        """Write every observation waiting into its row."""
+        for table in self.tables:
+            table.flush()
+
     def new_row(self, step: int) -> int:
-        """Open a row for `step` and return its id (the caller flushes first when full)."""
+        """Open a row for `step` and return its id (the caller takes the rows first when full)."""
         row_id = self.next_id
         slot = row_id % self.rows
         self.next_id += 1
         self.steps[slot] = step
-        self.counts[slot] = [0] * self.modules
-        self.param_seen[slot] = self.ratio_seen[slot] = False
         self.loss_calls[slot] = 0
-        if self.table is not None:
-            self.table[slot].zero_()
+        self.grad_factors[slot] = None
+        if self.device is not None:
+            self.flush()  # nothing may still wait for the slot's previous row
+            for table in self.tables:
+                table.reset(slot)
+            if self.losses is not None:
+                self.losses[slot] = 0.0
         return row_id
 
     def take(self, stop_id: int | None = None) -> Chunk | None:
-        """Move rows up to `stop_id` (default: all) to the CPU in one transfer and return them (`None`: empty)."""
+        """Move rows up to `stop_id` (default: all) to the CPU and return them (`None`: no row)."""
         stop = self.next_id if stop_id is None else stop_id
         slots = [row_id % self.rows for row_id in range(self.first_id, stop)]
         if not slots:
             return None
-        raw = torch.zeros(len(slots), self.layout.width) if self.table is None else self.table[slots].cpu()
-        chunk = self._finish(self.layout.split(raw), slots)
+        self.flush()
+        chunk = self._finish(slots)
         self.first_id = stop
         return chunk
 
-    def _finish(self, raw: dict[str, torch.Tensor], slots: list[int]) -> Chunk:
-        nan, used = math.nan, len(slots)
-        counts = torch.tensor([self.counts[s] for s in slots], dtype=torch.float64).reshape(used, self.modules)
-        param_seen = torch.tensor([self.param_seen[s] for s in slots])
-        ratio_seen = torch.tensor([self.ratio_seen[s] for s in slots])
-        loss_calls = torch.tensor([self.loss_calls[s] for s in slots], dtype=torch.float32)
+    def _finish(self, slots: list[int]) -> Chunk:
+        used, nan = len(slots), math.nan
+        steps = torch.tensor([self.steps[s] for s in slots], dtype=torch.int64)
+        if self.device is None:  # nothing was ever observed
+            empty = torch.full((used,), nan, dtype=torch.float64)
+            return Chunk(
+                steps=steps,
+                activations=torch.full((used, self.modules, len(STATISTICS)), nan, dtype=torch.float64),
+                histograms=torch.zeros(used, self.modules, self.bins + 2, dtype=torch.float64),
+                exponents=torch.zeros(used, self.modules, dtype=torch.int64),
+                output_grads=torch.full((used, self.modules, 2), nan, dtype=torch.float64),
+                param_grads=torch.full((used, self.params, 2), nan, dtype=torch.float64),
+                update_ratios=torch.full((used, self.params), nan, dtype=torch.float64),
+                losses=empty,
+            )
+        index = torch.tensor(slots, device=self.device)
+        acts = self.acts
+        records = _rows(acts.records, index)
+        hists = _rows(acts.hists, index) if acts.hists is not None else torch.zeros(used, self.modules, self.bins + 2)
+        exponents = _rows(acts.exponents, index) if acts.exponents is not None else torch.zeros(used, self.modules)
+        grads = _rows(self.grads.norms, index)
+        factors = [self.grad_factors[s] for s in slots]
+        if any(f is not None for f in factors):  # norms of the scaled loss's gradients (GradScaler): unscale them
+            ones = torch.ones((), dtype=torch.float64)
+            grads[..., 0] *= torch.stack([ones if f is None else f.double().cpu() for f in factors])[:, None]
+        updates = _rows(self.updates.norms, index)
+        calls = torch.tensor([self.loss_calls[s] for s in slots], dtype=torch.float64)
+        losses = _rows(self.losses, index)
         return Chunk(
-            steps=torch.tensor([self.steps[s] for s in slots], dtype=torch.int64),
-            activations=_activation_stats(raw["activations"], counts),
-            histograms=torch.where((counts > 0)[..., None], raw["histograms"], 0.0),
-            output_grads=_grad_stats(raw["output_grads"][..., :2], raw["output_grads"][..., 2] > 0),
-            param_grads=_grad_stats(raw["param_grads"], param_seen[:, None].expand(used, self.params)),
-            update_ratios=torch.where(ratio_seen[:, None], _ratios(raw["update_ratios"]), nan),
-            losses=torch.where(loss_calls > 0, raw["losses"] / loss_calls.clamp(min=1), nan),
-            has_loss=bool(loss_calls.any()),
+            steps=steps,
+            activations=finalize(records),
+            histograms=hists.double(),
+            exponents=exponents.long(),
+            output_grads=_grad_stats(grads),
+            param_grads=_grad_stats(_rows(self.param_grads.norms, index)),
+            update_ratios=_ratios(updates, self.params),
+            losses=torch.where(calls > 0, losses / calls.clamp(min=1), nan),
+            has_loss=bool((calls > 0).any()),
         )
 
 
-def _ratios(raw: torch.Tensor) -> torch.Tensor:
-    """(change, weight) sums of squares -> ||W_after - W_before|| / ||W_after||."""
-    squares = raw.double()
-    return (squares[..., 0] / squares[..., 1]).sqrt().float()
+def _rows(table: torch.Tensor | None, index: torch.Tensor) -> torch.Tensor:
+    if table is None:
+        raise RuntimeError("the watch's rows were not allocated")
+    return table.index_select(0, index).cpu()
 
 
-def _grad_stats(raw: torch.Tensor, seen: torch.Tensor) -> torch.Tensor:
-    """(sum of squares, non-finite count) -> (L2 norm, non-finite count), NaN where not `seen`."""
-    stats = torch.stack((raw[..., 0].double().sqrt().float(), raw[..., 1]), dim=-1)
+def _grad_stats(norms: torch.Tensor) -> torch.Tensor:
+    """Norm records (S, N, len(NORM)) -> (S, N, 2): the norm and the non-finite count, NaN where nothing was seen."""
+    seen = norms[..., NORM.index("count")] > 0
+    stats = norms[..., : NORM.index("count")]
     return torch.where(seen[..., None], stats, math.nan)
 
 
-def _activation_stats(raw: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-    """Turn raw activation vectors (`RAW_ACTIVATION`) and value counts into `ACTIVATION_STATS` (float32)."""
-    raw = raw.double()
-    mean, variance, smallest, largest, near, nonfinite, saturated = raw.unbind(-1)
-    n = counts.clamp(min=1)
-    std = (variance * counts / (counts - 1).clamp(min=1)).sqrt()
-    rms = (variance + mean * mean).sqrt()
-    stats = torch.stack((mean, std, rms, smallest, largest, near / n, nonfinite, saturated / n, counts), dim=-1)
-    return torch.where((counts > 0)[..., None], stats, math.nan).float()
+def _ratios(updates: torch.Tensor, params: int) -> torch.Tensor:
+    """(S, 2 * params, len(NORM)) change and weight norms -> (S, params) update ratios, NaN where not recorded."""
+    change, weight = updates[:, :params], updates[:, params:]
+    seen = weight[..., NORM.index("count")] > 0
+    return torch.where(seen, ratio_of_norms(change[..., 0], weight[..., 0]), math.nan)

@@ -11,7 +11,7 @@ import torch.nn as nn
 
 from ..hooks import named_modules
 from ._advice import unobserved_reason
-from ._kernels import hist_edges, identical_units
+from ._inspect import identical_units
 from ._options import WatchOptions
 from ._recorder import Recorder
 
@@ -20,23 +20,16 @@ __all__ = ["Extras", "collect_extras", "watch_meta"]
 
 @dataclass
 class Extras:
-    """The non-series parts of `WatchResults`."""
+    """The non-series parts of `WatchResults` (histogram edges come with the series, from their ranges)."""
 
-    hist_edges: dict[str, torch.Tensor] = field(default_factory=dict)
     unit_activity: dict[str, torch.Tensor] = field(default_factory=dict)
     identical_units: dict[str, int] = field(default_factory=dict)
     unobserved: dict[str, str] = field(default_factory=dict)
 
 
-def collect_extras(
-    recorder: Recorder, model: nn.Module | None = None, *, hist_only: bool = False, unobserved_only: bool = False
-) -> Extras:
+def collect_extras(recorder: Recorder, model: nn.Module | None = None, *, unobserved_only: bool = False) -> Extras:
     """Read the recorder's device-side extras back (one transfer each) and inspect the model's weights."""
     extras = Extras()
-    if not unobserved_only:
-        extras.hist_edges = _edges(recorder)
-    if hist_only:
-        return extras
     extras.unobserved = _unobserved(recorder, model)
     if unobserved_only:
         return extras
@@ -50,27 +43,16 @@ def collect_extras(
     return extras
 
 
-def _edges(recorder: Recorder) -> dict[str, torch.Tensor]:
-    present = [(j, s) for j, s in enumerate(recorder.scales) if s is not None]
-    if not present:
-        return {}
-    values = torch.stack([torch.stack((scale.float(), shift.float())) for _, (scale, shift) in present]).cpu()
-    bins = recorder.options.hist_bins
-    return {
-        recorder.paths[j]: hist_edges(float(v[0]), float(v[1]), bins) for (j, _), v in zip(present, values, strict=True)
-    }
-
-
 def _unit_activity(recorder: Recorder) -> dict[str, torch.Tensor]:
-    present = [(j, t) for j, t in enumerate(recorder.units) if t is not None and recorder.unit_values[j] > 0]
+    fractions = recorder.buffers.acts.unit_activity()
+    present = [(j, t) for j, t in enumerate(fractions) if t is not None]
     if not present:
         return {}
-    flat = torch.cat([t.reshape(-1) for _, t in present]).cpu().double()
+    flat = torch.cat([t.reshape(-1) for _, t in present]).cpu()  # one transfer
     out, start = {}, 0
     for j, tensor in present:
-        size = tensor.numel()
-        out[recorder.paths[j]] = (flat[start : start + size] / recorder.unit_values[j]).float()
-        start += size
+        out[recorder.paths[j]] = flat[start : start + tensor.numel()].clone()
+        start += tensor.numel()
     return out
 
 
@@ -101,6 +83,8 @@ def watch_meta(
         "hist_bins": options.hist_bins,
         "hist_range": None if options.hist_range is None else list(options.hist_range),
         "near_zero": options.near_zero,
+        "near_zero_rule": f"|x| <= {options.near_zero:g}",
+        "exact": options.exact,
         "grad_reduction": "local (before any distributed reduction)"
         if optimizer is None
         else "as seen by the optimizer (after DDP's all-reduce when wrapped)",

@@ -1,15 +1,15 @@
 """Merge the `WatchResults` of several ranks into one: exact where the statistics allow it, labelled where not.
 
 How each part combines, step by step (steps are unioned; a rank that did not record a step adds nothing to it):
-activations by Chan's formulas on (count, mean, m2), so a 2-rank run on two halves of a batch gives what one
-process gives on the whole batch; min/max by min/max, fractions (`near_zero`, `saturated`) weighted by counts,
-non-finite counts and value counts summed. Output-gradient norms combine as the root of summed squares (the
-ranks hold different samples), divided by the world size by default: DDP and FSDP average gradients, so this is
-the gradient of the loss they optimize, the mean of the ranks' losses. Parameter gradients and update ratios
-after DDP's all-reduce are the same on every rank and are taken once (checked: steps where ranks differ become
-NaN, counted in `dropped` and listed in `meta["distributed"]`); FSDP2 shard norms combine as the root of summed
-squares. Histograms add their counts when every rank has the same edges, and are re-binned onto a common range
-otherwise (a `MergeWarning`; pass `hist_range=` to `watch()` for exact merges). Losses are averaged over ranks.
+activations as the engine's records (`hookscope.stats`: Chan's formulas, min/max, counts summed), so a 2-rank run
+on two halves of a batch gives what one process gives on the whole batch. Output-gradient norms combine as the
+root of summed squares (the ranks hold different samples), divided by the world size by default: DDP and FSDP
+average gradients, so this is the gradient of the loss they optimize, the mean of the ranks' losses. Parameter
+gradients and update ratios after DDP's all-reduce are the same on every rank and are taken once (checked: steps
+where ranks differ become NaN, counted in `dropped` and listed in `meta["distributed"]`); FSDP2 shard norms
+combine as the root of summed squares. Histograms are re-binned exactly to the widest range of any rank and
+summed (a fixed `hist_range` must be the same on every rank). Losses are averaged over ranks. The sequence is
+`hookscope.distributed.merge_parts`'s, shared with every merge.
 """
 
 from __future__ import annotations
@@ -18,29 +18,30 @@ import datetime
 import math
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from ..distributed import (
-    DEFAULT_TIMEOUT,
-    GRAD_SHARDED,
-    MergeWarning,
-    all_gather,
-    all_reduce,
-    chan_merge,
-    common_edges,
-    gather_objects,
-    rebin,
-)
+from ..distributed import DEFAULT_TIMEOUT, GRAD_SHARDED, MergeWarning, combine_ranks, merge_parts
+from ..stats import EXPONENT_NONE, auto_edges, exponent_of_edges, finalize, fixed_edges, from_statistics, rebin
 from ._assemble import merge_first
 from ._results import ACTIVATION_STATS, GRAD_STATS, WatchResults
 
 __all__ = ["combine_results", "merge_results"]
 
-_COLUMN = {name: k for k, name in enumerate(ACTIVATION_STATS)}
 _NAN = math.nan
+_OPS = {
+    "activations": "gather",
+    "output_grads": "gather",
+    "param_grads": "gather",
+    "update_ratios": "gather",
+    "losses": "gather",
+    "hists": "sum",
+    "outside": "sum",
+    "units": "sum",
+    "unit_weights": "sum",
+}
 
 
 def merge_results(
@@ -48,9 +49,9 @@ def merge_results(
 ) -> WatchResults:
     """Merge every rank's `results` into one; a collective: every rank calls it and gets the merged results.
 
-    Every rank joins the same three collectives (layer names and steps are unioned first), also a rank that
-    recorded nothing or other layers; each has `timeout`. Outside a distributed run: `combine_results([results])`.
-    Write files from rank 0 only (`hookscope.distributed.is_main_process()`).
+    Every rank joins the same collectives (layer names and steps are unioned first), also a rank that recorded
+    nothing or other layers; each has `timeout`. Outside a distributed run: `combine_results([results])`. Write
+    files from rank 0 only (`hookscope.distributed.is_main_process()`).
 
     Args:
         results: This rank's results (`watch(...).results()`).
@@ -59,16 +60,11 @@ def merge_results(
 
     Raises:
         TypeError: `results` is not `WatchResults`.
+        ValueError: the ranks used different fixed histogram ranges.
     """
     if not isinstance(results, WatchResults):
         raise TypeError(f"results must be WatchResults (watch(...).results()), got {type(results).__name__}")
-    headers = gather_objects(_header(results), timeout=timeout)
-    layout = _Layout.build(headers)
-    scalars = torch.stack(all_gather(_pack_scalars(results, layout), timeout=timeout))
-    hists = all_reduce(_pack_hists(results, layout), "sum", timeout=timeout)
-    merged, notes = _assemble(headers, layout, scalars, hists, average_output_grads)
-    _warn(notes)
-    return merged
+    return _merge(results, None, average_output_grads, timeout)
 
 
 def combine_results(parts: Sequence[WatchResults], *, average_output_grads: bool = True) -> WatchResults:
@@ -77,7 +73,7 @@ def combine_results(parts: Sequence[WatchResults], *, average_output_grads: bool
     Same rules as `merge_results`, in the order given (rank 0 first); no collective.
 
     Raises:
-        ValueError: `parts` is empty.
+        ValueError: `parts` is empty, or the parts used different fixed histogram ranges.
         TypeError: an element of `parts` is not `WatchResults`.
     """
     parts = list(parts)
@@ -86,18 +82,25 @@ def combine_results(parts: Sequence[WatchResults], *, average_output_grads: bool
     for part in parts:
         if not isinstance(part, WatchResults):
             raise TypeError(f"parts must hold WatchResults only, got {type(part).__name__}")
-    headers = [_header(part) for part in parts]
-    layout = _Layout.build(headers)
-    scalars = torch.stack([_pack_scalars(part, layout) for part in parts])
-    hists = torch.stack([_pack_hists(part, layout) for part in parts]).sum(0)
-    merged, notes = _assemble(headers, layout, scalars, hists, average_output_grads)
-    _warn(notes)
-    return merged
+    return _merge(None, parts, average_output_grads, DEFAULT_TIMEOUT)
 
 
-def _warn(notes: list[str]) -> None:
+def _merge(
+    own: WatchResults | None, parts: list[WatchResults] | None, average: bool, timeout: datetime.timedelta
+) -> WatchResults:
+    merged, notes = merge_parts(
+        own,
+        parts,
+        header=_header,
+        layout=_Layout.build,
+        pack=_pack,
+        ops=_OPS,
+        assemble=lambda headers, layout, tables: _assemble(headers, layout, tables, average),
+        timeout=timeout,
+    )
     for note in notes:
-        warnings.warn(note, MergeWarning, stacklevel=3)
+        warnings.warn(note, MergeWarning, stacklevel=4)
+    return merged
 
 
 # ---- what each rank has, and the union of it --------------------------------------------------------------------
@@ -105,6 +108,8 @@ def _warn(notes: list[str]) -> None:
 
 def _header(results: WatchResults) -> dict[str, Any]:
     """The small, picklable description of one rank's results that every rank needs to align the tensors."""
+    fixed = results.meta.get("hist_range")
+    hists = {p: (EXPONENT_NONE if fixed else exponent_of_edges(results.hist_edges[p])) for p in results.histograms}
     return {
         "steps": results.steps.tolist(),
         "layers": dict(results.layers),
@@ -113,7 +118,9 @@ def _header(results: WatchResults) -> dict[str, Any]:
         "param_grads": list(results.param_grads),
         "update_ratios": list(results.update_ratios),
         "losses": results.losses is not None,
-        "hist_edges": {p: results.hist_edges[p].tolist() for p in results.histograms if p in results.hist_edges},
+        "hist_range": None if fixed is None else list(fixed),
+        "hists": hists,
+        "bins": next((h.shape[-1] for h in results.histograms.values()), 0),
         "units": {path: t.numel() for path, t in results.unit_activity.items()},
         "identical_units": dict(results.identical_units),
         "first_nonfinite": results.first_nonfinite,
@@ -131,7 +138,7 @@ def _union(lists: Sequence[Sequence[str]]) -> list[str]:
 
 @dataclass
 class _Layout:
-    """The union of every rank's steps and names, and the shapes of the packed tables (the same on all ranks)."""
+    """The union of every rank's steps and names, the widest histogram ranges, the shapes of the packed tables."""
 
     steps: list[int]
     activations: list[str]
@@ -139,17 +146,24 @@ class _Layout:
     param_grads: list[str]
     update_ratios: list[str]
     has_losses: bool
-    hist: dict[str, tuple[torch.Tensor, bool]]  # path -> (target edges, same edges on every rank)
-    units: dict[str, int]
+    hist_range: list[float] | None
+    bins: int
+    hists: dict[str, int] = field(default_factory=dict)  # path -> the widest exponent of any rank
+    units: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def build(cls, headers: list[dict[str, Any]]) -> _Layout:
-        edges: dict[str, list[torch.Tensor]] = {}
-        for header in headers:
-            for path, values in header["hist_edges"].items():
-                edges.setdefault(path, []).append(torch.tensor(values, dtype=torch.float64))
+        ranges = [h["hist_range"] for h in headers if h["hists"]]
+        if any(r != ranges[0] for r in ranges):
+            raise ValueError(
+                f"hist_range must be the same on every rank, got {ranges} (rank order); watch every rank with the "
+                "same hist_range, or None (a range that follows the data, merged exactly)"
+            )
+        hists: dict[str, int] = {}
         units: dict[str, int] = {}
         for header in headers:
+            for path, exponent in header["hists"].items():
+                hists[path] = max(hists.get(path, EXPONENT_NONE), exponent)
             for path, size in header["units"].items():
                 units.setdefault(path, size)
         return cls(
@@ -159,21 +173,11 @@ class _Layout:
             param_grads=_union([h["param_grads"] for h in headers]),
             update_ratios=_union([h["update_ratios"] for h in headers]),
             has_losses=any(h["losses"] for h in headers),
-            hist={path: common_edges(found) for path, found in edges.items()},
+            hist_range=ranges[0] if ranges else None,
+            bins=max(h["bins"] for h in headers),
+            hists=hists,
             units=units,
         )
-
-    def shapes(self) -> dict[str, tuple[int, ...]]:
-        steps = len(self.steps)
-        return {
-            "activations": (steps, len(self.activations), len(ACTIVATION_STATS)),
-            "output_grads": (steps, len(self.output_grads), len(GRAD_STATS)),
-            "param_grads": (steps, len(self.param_grads), len(GRAD_STATS)),
-            "update_ratios": (steps, len(self.update_ratios), 1),
-            "losses": (steps,),
-            "units": (sum(self.units.values()),),
-            "unit_weights": (len(self.units),),
-        }
 
 
 # ---- packing one rank's results into aligned tensors ------------------------------------------------------------
@@ -185,13 +189,9 @@ def _rows(results: WatchResults, layout: _Layout) -> torch.Tensor:
 
 
 def _fill(
-    shape: tuple[int, ...],
-    names: list[str],
-    source: dict[str, dict[str, torch.Tensor]],
-    stats: Sequence[str],
-    rows: Any,
+    names: list[str], source: dict[str, dict[str, torch.Tensor]], stats: Sequence[str], rows: Any, steps: int
 ) -> torch.Tensor:
-    table = torch.full(shape, _NAN, dtype=torch.float64)
+    table = torch.full((steps, len(names), len(stats)), _NAN, dtype=torch.float64)
     for j, name in enumerate(names):
         series = source.get(name, {})
         for k, stat in enumerate(stats):
@@ -200,89 +200,72 @@ def _fill(
     return table
 
 
-def _pack_scalars(results: WatchResults, layout: _Layout) -> torch.Tensor:
-    """All per-step series of `results` (and unit activity) in `layout`'s order, NaN where absent, flat float64."""
-    shapes, rows = layout.shapes(), _rows(results, layout)
+def _pack(results: WatchResults, header: dict[str, Any], layout: _Layout) -> dict[str, torch.Tensor]:
+    """All per-step series of `results` in `layout`'s order, NaN (or empty records) where absent."""
+    rows, steps = _rows(results, layout), len(layout.steps)
+    statistics = _fill(layout.activations, results.activations, ACTIVATION_STATS, rows, steps)
     ratios = {name: {"ratio": series} for name, series in results.update_ratios.items()}
-    tables = [
-        _fill(shapes["activations"], layout.activations, results.activations, ACTIVATION_STATS, rows),
-        _fill(shapes["output_grads"], layout.output_grads, results.output_grads, GRAD_STATS, rows),
-        _fill(shapes["param_grads"], layout.param_grads, results.param_grads, GRAD_STATS, rows),
-        _fill(shapes["update_ratios"], layout.update_ratios, ratios, ("ratio",), rows),
-    ]
-    losses = torch.full(shapes["losses"], _NAN, dtype=torch.float64)
+    losses = torch.full((steps,), _NAN, dtype=torch.float64)
     if results.losses is not None:
         losses[rows] = results.losses.double()
-    units = torch.full(shapes["units"], _NAN, dtype=torch.float64)
-    weights = torch.zeros(shapes["unit_weights"], dtype=torch.float64)
+    hists = torch.zeros(steps, len(layout.hists), layout.bins, dtype=torch.float64)
+    outside = torch.zeros(steps, len(layout.hists), 2, dtype=torch.float64)
+    for j, (path, target) in enumerate(layout.hists.items()):
+        counts = results.histograms.get(path)
+        if counts is None:
+            continue
+        if layout.hist_range is None:
+            padded = torch.nn.functional.pad(counts.double(), (0, 2))
+            own = torch.full((padded.shape[0],), header["hists"][path], dtype=torch.int64)
+            counts = rebin(padded, own, torch.full_like(own, target))[:, : layout.bins]
+        hists[rows, j] = counts.double()
+        if path in results.hist_outside:
+            outside[rows, j] = results.hist_outside[path].double()
+    units, weights = _pack_units(results, layout)
+    return {
+        "activations": from_statistics(statistics),
+        "output_grads": _fill(layout.output_grads, results.output_grads, GRAD_STATS, rows, steps),
+        "param_grads": _fill(layout.param_grads, results.param_grads, GRAD_STATS, rows, steps),
+        "update_ratios": _fill(layout.update_ratios, ratios, ("ratio",), rows, steps),
+        "losses": losses,
+        "hists": hists,
+        "outside": outside,
+        "units": units,
+        "unit_weights": weights,
+    }
+
+
+def _pack_units(results: WatchResults, layout: _Layout) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each unit's active fraction times the values the rank observed (and those weights), to average over ranks."""
+    units = torch.zeros(sum(layout.units.values()), dtype=torch.float64)
+    weights = torch.zeros(len(layout.units), dtype=torch.float64)
     start = 0
     for j, (path, size) in enumerate(layout.units.items()):
         found = results.unit_activity.get(path)
         if found is not None and found.numel() == size:
-            units[start : start + size] = found.double().reshape(-1)
             count = results.activations.get(path, {}).get("count")  # values seen: what the fractions average over
-            weights[j] = 1.0 if count is None else float(count.double().nan_to_num(0.0).sum())
+            weight = 1.0 if count is None else float(count.double().nan_to_num(0.0).sum())
+            units[start : start + size] = found.double().reshape(-1) * weight
+            weights[j] = weight
         start += size
-    return torch.cat([t.reshape(-1) for t in (*tables, losses, units, weights)])
-
-
-def _pack_hists(results: WatchResults, layout: _Layout) -> torch.Tensor:
-    """Histogram counts of `results` on `layout`'s edges (re-binned where ranks differ), flat float64."""
-    rows, parts = _rows(results, layout), []
-    for path, (edges, exact) in layout.hist.items():
-        block = torch.zeros(len(layout.steps), edges.numel() - 1, dtype=torch.float64)
-        counts, own = results.histograms.get(path), results.hist_edges.get(path)
-        if counts is not None and own is not None:
-            block[rows] = counts.double() if exact else rebin(counts, own, edges)
-        parts.append(block.reshape(-1))
-    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
-
-
-def _unpack(stacked: torch.Tensor, layout: _Layout) -> dict[str, torch.Tensor]:
-    out, start = {}, 0
-    for name, shape in layout.shapes().items():
-        size = math.prod(shape)
-        out[name] = stacked[:, start : start + size].reshape(stacked.shape[0], *shape)
-        start += size
-    return out
+    return units, weights
 
 
 # ---- merging the aligned tensors --------------------------------------------------------------------------------
 
 
-def _merge_activations(block: torch.Tensor) -> torch.Tensor:
-    """(ranks, S, layers, stats) -> (S, layers, stats): Chan's formulas, count-weighted fractions, min/max, sums."""
-    count = block[..., _COLUMN["count"]].nan_to_num(0.0)
-    seen = count > 0
-    mean = torch.where(seen, block[..., _COLUMN["mean"]], 0.0)
-    m2 = torch.where(count > 1, block[..., _COLUMN["std"]].square() * (count - 1), 0.0)
-    merged = (count[0], mean[0], m2[0])
-    for r in range(1, block.shape[0]):
-        merged = chan_merge(merged, (count[r], mean[r], m2[r]))
-    total, mean_all, m2_all = merged
-    safe = total.clamp(min=1)
-    std = torch.where(total > 1, (m2_all / (total - 1).clamp(min=1)).sqrt(), 0.0)
-    column = {
-        "mean": mean_all,
-        "std": std,
-        "rms": (m2_all / safe + mean_all.square()).sqrt(),
-        "min": torch.where(seen, block[..., _COLUMN["min"]], math.inf).amin(0),
-        "max": torch.where(seen, block[..., _COLUMN["max"]], -math.inf).amax(0),
-        "nonfinite": torch.where(seen, block[..., _COLUMN["nonfinite"]], 0.0).sum(0),
-        "count": total,
-    }
-    for name in ("near_zero", "saturated"):
-        column[name] = torch.where(seen, block[..., _COLUMN[name]] * count, 0.0).sum(0) / safe
-    stacked = torch.stack([column[name] for name in ACTIVATION_STATS], dim=-1)
-    return torch.where((total > 0)[..., None], stacked, _NAN)
+def _series(table: torch.Tensor, names: list[str], stats: Sequence[str]) -> dict[str, dict[str, torch.Tensor]]:
+    return {name: {stat: table[:, j, k].double() for k, stat in enumerate(stats)} for j, name in enumerate(names)}
 
 
 def _root_sum_squares(block: torch.Tensor, divide: float = 1.0) -> torch.Tensor:
     """(ranks, S, N, 2) norms and non-finite counts -> (S, N, 2): root of summed squares, summed counts."""
     seen = ~block[..., 1].isnan()
-    norm = torch.where(seen, block[..., 0].square(), 0.0).sum(0).sqrt() / divide
+    norm = torch.where(seen, block[..., 0], 0.0)
+    unit = norm.amax(0).clamp(min=1e-300)
+    root = (norm / unit).square().sum(0).sqrt() * unit / divide
     nonfinite = torch.where(seen, block[..., 1], 0.0).sum(0)
-    return torch.where(seen.any(0)[..., None], torch.stack((norm, nonfinite), dim=-1), _NAN)
+    return torch.where(seen.any(0)[..., None], torch.stack((root, nonfinite), dim=-1), _NAN)
 
 
 def _take_once(block: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -299,39 +282,36 @@ def _take_once(block: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.where(differs[..., None], _NAN, first), differs
 
 
-def _series(table: torch.Tensor, names: list[str], stats: Sequence[str]) -> dict[str, dict[str, torch.Tensor]]:
-    return {name: {stat: table[:, j, k].float() for k, stat in enumerate(stats)} for j, name in enumerate(names)}
-
-
 def _assemble(
-    headers: list[dict[str, Any]],
-    layout: _Layout,
-    scalars: torch.Tensor,
-    hists: torch.Tensor,
-    average_output_grads: bool,
+    headers: list[dict[str, Any]], layout: _Layout, tables: dict[str, torch.Tensor], average_output_grads: bool
 ) -> tuple[WatchResults, list[str]]:
-    """Build the merged results from the stacked per-rank tables; also return the warnings to give."""
-    world, tables = len(headers), _unpack(scalars, layout)
-    notes: list[str] = []
+    """Build the merged results from the reduced tables; also return the warnings to give."""
+    world, notes = len(headers), list[str]()
     merged = WatchResults(steps=torch.tensor(layout.steps, dtype=torch.int64))
-    merged.activations = _series(_merge_activations(tables["activations"]), layout.activations, ACTIVATION_STATS)
+    merged.activations = _series(finalize(combine_ranks(tables["activations"])), layout.activations, ACTIVATION_STATS)
     divide = float(world) if average_output_grads else 1.0
     merged.output_grads = _series(_root_sum_squares(tables["output_grads"], divide), layout.output_grads, GRAD_STATS)
     report = _merge_params(merged, headers, layout, tables, notes)
     if layout.has_losses:
         losses = tables["losses"]
-        merged.losses = losses.nansum(0).div((~losses.isnan()).sum(0)).float()  # 0/0 = NaN: no rank logged one
-    merged.histograms, merged.hist_edges = _histograms(hists, layout, notes)
+        merged.losses = losses.nansum(0).div((~losses.isnan()).sum(0))  # 0/0 = NaN: no rank logged one
+    for j, (path, exponent) in enumerate(layout.hists.items()):
+        merged.histograms[path] = tables["hists"][:, j].clone()
+        if layout.hist_range is None:
+            merged.hist_edges[path] = auto_edges(exponent, layout.bins)
+        else:
+            low, high = layout.hist_range
+            merged.hist_edges[path] = fixed_edges((low, high), layout.bins)
+            merged.hist_outside[path] = tables["outside"][:, j].clone()
     merged.unit_activity = _units(tables, layout)
     _merge_rest(merged, headers)
     scaled = ", divided by the world size (gradient of the mean of the ranks' losses)" if average_output_grads else ""
-    rebinned = [path for path, (_, exact) in layout.hist.items() if not exact]
     merged.meta["distributed"] = {
         "world_size": world,
         "activations": "merged over ranks by Chan's formulas (count-weighted)",
         "output_grads": "root sum of squares over ranks" + scaled,
         **report,
-        "histograms": "counts summed" + (f"; re-binned (approximate): {rebinned}" if rebinned else ""),
+        "histograms": "re-binned exactly to the widest range of any rank and summed",
         "recorded_steps_per_rank": [len(h["steps"]) for h in headers],
     }
     return merged, notes
@@ -361,7 +341,7 @@ def _merge_params(
     grads, grads_differ = _take_once(tables["param_grads"])
     ratios, ratios_differ = _take_once(tables["update_ratios"])
     merged.param_grads = _series(grads, layout.param_grads, GRAD_STATS)
-    merged.update_ratios = {name: ratios[:, j, 0].float() for j, name in enumerate(layout.update_ratios)}
+    merged.update_ratios = {name: ratios[:, j, 0].double() for j, name in enumerate(layout.update_ratios)}
     report: dict[str, Any] = {"param_grads": "the same on every rank (after all-reduce): taken once"}
     if not layout.param_grads:
         report["param_grads"] = "none recorded"
@@ -380,34 +360,12 @@ def _merge_params(
     return report
 
 
-def _histograms(
-    hists: torch.Tensor, layout: _Layout, notes: list[str]
-) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    counts, edges_out, start = {}, {}, 0
-    for path, (edges, _) in layout.hist.items():
-        size = len(layout.steps) * (edges.numel() - 1)
-        counts[path] = hists[start : start + size].reshape(len(layout.steps), -1).float()
-        edges_out[path] = edges.float()
-        start += size
-    rebinned = [path for path, (_, exact) in layout.hist.items() if not exact]
-    if rebinned:
-        notes.append(
-            f"histograms of {len(rebinned)} layer(s) have different bin edges on different ranks and were re-binned "
-            f"onto a common range (approximate): {', '.join(map(repr, rebinned[:5]))}; pass watch(hist_range=(low, "
-            "high)) for exact merges"
-        )
-    return counts, edges_out
-
-
 def _units(tables: dict[str, torch.Tensor], layout: _Layout) -> dict[str, torch.Tensor]:
     """Unit activity: each rank's fractions weighted by the number of values it observed."""
     values, weights, out, start = tables["units"], tables["unit_weights"], {}, 0
     for j, (path, size) in enumerate(layout.units.items()):
-        part, weight = values[:, start : start + size], weights[:, j : j + 1]
-        present = ~part.isnan().any(1, keepdim=True) & (weight > 0)
-        total = torch.where(present, weight, 0.0).sum(0)
-        if float(total) > 0:
-            out[path] = (torch.where(present, part * weight, 0.0).sum(0) / total).float()
+        if float(weights[j]) > 0:
+            out[path] = values[start : start + size] / weights[j]
         start += size
     return out
 

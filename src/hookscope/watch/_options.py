@@ -6,6 +6,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..stats import check_bins, check_range
+
 __all__ = ["GROUPS", "WatchOptions"]
 
 GROUPS = (
@@ -35,6 +37,7 @@ class WatchOptions:
     check_nonfinite: bool = True
     doctor: bool = False
     doctor_every: int = 100
+    exact: bool = False
 
     @classmethod
     def build(
@@ -51,6 +54,7 @@ class WatchOptions:
         check_nonfinite: bool,
         doctor: bool,
         doctor_every: int,
+        exact: bool = False,
     ) -> WatchOptions:
         """Check every option and return them.
 
@@ -65,16 +69,13 @@ class WatchOptions:
         if capacity is not None:
             _positive("capacity", capacity, " or None (keep every recorded step)")
         chosen = _groups(groups)
-        if hist_range is not None:
-            low, high = (float(v) for v in hist_range)
-            if not (math.isfinite(low) and math.isfinite(high) and low < high):
-                raise ValueError(f"hist_range must be (low, high) with finite low < high, or None, got {hist_range!r}")
-            hist_range = (low, high)
+        hist_range = check_range("hist_range", hist_range)
+        check_bins("hist_bins", hist_bins, automatic=hist_range is None)
         if not (isinstance(near_zero, (int, float)) and math.isfinite(near_zero) and near_zero >= 0):
             raise ValueError(f"near_zero must be a finite number >= 0, got {near_zero!r}")
         return cls(
             every, bool(train_only), chosen, capacity, buffer_steps, hist_bins, hist_range, float(near_zero),
-            bool(check_nonfinite), bool(doctor), doctor_every,
+            bool(check_nonfinite), bool(doctor), doctor_every, bool(exact),
         )  # fmt: skip
 
 

@@ -1,9 +1,9 @@
 """Parameter gradients (before an optimizer step) and update-to-weight ratios (around it) of one watch.
 
-Small parameters (fewer than `BATCH_BELOW` values) are handled together: their gradients are concatenated into
-the step's batched pass (`_batch.py`), their values into one flat copy before the optimizer step and one after,
-whose difference and weight join the batched pass too, so a model with many small parameters pays a fixed number
-of calls. Large ones get one dot product each (and one reused copy for their ratio). FSDP2 parameters are read
+Small parameters (fewer than `SMALL_BELOW` values) are handled together: their gradients are copied into one
+flat tensor per step, their values into one flat copy before the optimizer step and one after, and the tables
+describe all of them in their batched pass; large ones are described at once (a norm each). The update ratio is
+the engine's (`hookscope.stats.ratio_of_norms`): ||W_after - W_before|| / ||W_after||. FSDP2 parameters are read
 as this rank's shard.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ._buffers import PARAM_GRAD, UPDATE, WEIGHT, StepBuffers
-from ._kernels import BATCH_BELOW, grad_vector, sum_of_squares
+from ..stats import SMALL_BELOW
+from ._buffers import StepBuffers
 from ._options import WatchOptions
 from ._step import StepWriter
 
@@ -25,7 +25,6 @@ class ParamRecorder(StepWriter):
 
     def __init__(self, options: WatchOptions, buffers: StepBuffers, params: list[nn.Parameter]) -> None:
         super().__init__(options, buffers)
-        self.open_row = -1  # the row id of the open step, also between its batches
         self.bind_params(params)
 
     def bind_params(self, params: list[nn.Parameter]) -> None:
@@ -37,9 +36,9 @@ class ParamRecorder(StepWriter):
         self._snapshot_row = -1
 
     def record_param_grads(self) -> None:
-        """Keep the norm and non-finite count of every watched parameter's `.grad` for the open step."""
-        log = self.log
-        if self.open_row < 0 or log is None or not self.params or "param_grads" not in self.options.groups:
+        """Describe the norm and non-finite count of every watched parameter's `.grad` for the open step."""
+        row = self.open_row
+        if row < 0 or not self.params or "param_grads" not in self.options.groups:
             return
         present = [
             (i, _local(p.grad) if self._sharded else p.grad)
@@ -48,15 +47,16 @@ class ParamRecorder(StepWriter):
         ]
         if not present:
             return
-        small = [(i, g) for i, g in present if g.numel() < BATCH_BELOW]
-        with torch.no_grad():
-            flat = _flatten([g for _, g in small]) if small else None
-        parts = tuple((PARAM_GRAD, i, tuple(g.shape)) for i, g in small)
-        large = [(i, grad_vector(g.detach())) for i, g in present if g.numel() >= BATCH_BELOW]
-        seen = {i for i, _ in present}
-        log.params = (flat, parts, large, [i for i in range(len(self.params)) if i not in seen])
-        log.values += 0 if flat is None else flat.numel()
-        self.buffers.param_seen[self.open_row % self.buffers.rows] = True
+        table = self.buffers.param_grads
+        slot = self.buffers.slot(row, present[0][1].device)
+        small = [(i, g) for i, g in present if g.numel() < SMALL_BELOW and not g.is_complex()]
+        if small:
+            with torch.no_grad():
+                flat = _flatten([g.detach() for _, g in small])
+            table.add_flat(slot, [i for i, _ in small], [tuple(g.shape) for _, g in small], flat)
+        for i, grad in present:
+            if grad.numel() >= SMALL_BELOW or grad.is_complex():
+                table.add(slot, i, grad.detach())
 
     def snapshot(self) -> None:
         """Copy the watched parameters before an optimizer step of a recorded step: small ones into one flat
@@ -66,52 +66,47 @@ class ParamRecorder(StepWriter):
         small, large = self._param_split()
         current = self._values()
         with torch.no_grad():
-            self._flat_before = _flatten([current[i] for i in small]) if small else None
+            self._flat_before = _flatten([current[i].detach() for i in small]) if small else None
             copies = self._copies
             if copies is None or any(c.shape != current[i].shape for c, i in zip(copies, large, strict=True)):
                 copies = self._copies = [torch.empty_like(current[i]) for i in large]
             if large:
-                torch._foreach_copy_(copies, [current[i] for i in large])
+                torch._foreach_copy_(copies, [current[i].detach() for i in large])
         self._snapshot_row = self.open_row
 
     def record_ratios(self) -> None:
-        """Keep what ||W_after - W_before|| / ||W_after|| of each watched parameter needs, for the snapshot's step:
-        small parameters' change and weight go into the step's batched pass (their sums of squares are taken
-        there), large ones' sums of squares are taken now (multi-tensor ops) and written into the row."""
-        row_id, copies, log = self._snapshot_row, self._copies, self.log
-        if row_id < 0 or copies is None:
+        """Describe the change of each watched parameter in the optimizer step and its weight after it."""
+        row, copies = self._snapshot_row, self._copies
+        if row < 0 or copies is None:
             return
         self._snapshot_row = -1
-        if not self.buffers.is_live(row_id) or not self.params or log is None or log.row != row_id:
+        if not self.buffers.is_live(row) or not self.params or row != self.open_row:
             self.drop("late_update")
             return
         small, large = self._param_split()
         current = self._values()
+        count = len(self.params)
+        table = self.buffers.updates
         with torch.no_grad():
             if small and self._flat_before is not None:
-                after = _flatten([current[i] for i in small])
-                moved = self._flat_before.sub_(after)
+                after = _flatten([current[i].detach() for i in small])
+                slot = self.buffers.slot(row, after.device)
                 shapes = [tuple(current[i].shape) for i in small]
-                log.ratios = [
-                    (moved, tuple((UPDATE, i, shape) for i, shape in zip(small, shapes, strict=True))),
-                    (after, tuple((WEIGHT, i, shape) for i, shape in zip(small, shapes, strict=True))),
-                ]
-                log.values += 2 * moved.numel()
+                table.add_flat(slot, small, shapes, self._flat_before.sub_(after))
+                table.add_flat(slot, [count + i for i in small], shapes, after)
             if large:
-                torch._foreach_sub_(copies, [current[i] for i in large])
-                squares = sum_of_squares(copies + [current[i].detach() for i in large])  # changes, then weights
-                row = self.buffers.row(row_id, squares.device)
-                at = self.buffers.layout.ratio_at
-                columns = [at + 2 * i for i in large] + [at + 2 * i + 1 for i in large]
-                row.index_copy_(0, self.positions(columns, row.device), _as(squares, row.dtype))
+                torch._foreach_sub_(copies, [current[i].detach() for i in large])
+                slot = self.buffers.slot(row, copies[0].device)
+                for copy, i in zip(copies, large, strict=True):
+                    table.add(slot, i, copy)
+                    table.add(slot, count + i, current[i].detach())
         self._flat_before = None
-        self.buffers.ratio_seen[row_id % self.buffers.rows] = True
 
     def _param_split(self) -> tuple[list[int], list[int]]:
         """Indices of the small watched parameters (batched) and of the large ones."""
         values = self._values()
-        small = [i for i, p in enumerate(values) if p.numel() < BATCH_BELOW]
-        return small, [i for i, p in enumerate(values) if p.numel() >= BATCH_BELOW]
+        small = [i for i, p in enumerate(values) if p.numel() < SMALL_BELOW and not p.is_complex()]
+        return small, [i for i, p in enumerate(values) if p.numel() >= SMALL_BELOW or p.is_complex()]
 
     def _values(self) -> list[torch.Tensor]:
         """The watched parameters' values as plain tensors: this rank's shard of a DTensor (FSDP2)."""
@@ -119,13 +114,12 @@ class ParamRecorder(StepWriter):
 
 
 def _flatten(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """All values of `tensors` (gradients, or parameters under `no_grad`) in one new flat float32 tensor."""
-    return _as(torch._C._nn.flatten_dense_tensors(tensors), torch.float32)
-
-
-def _as(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """`tensor` in `dtype`, without a call when it already is."""
-    return tensor if tensor.dtype == dtype else tensor.to(dtype)
+    """All values of `tensors` in one new flat float32 tensor (a copy, never a view of them)."""
+    return (
+        torch.cat([t.reshape(-1).to(torch.float32) for t in tensors])
+        if len(tensors) > 1
+        else tensors[0].reshape(-1).to(torch.float32, copy=True)
+    )
 
 
 def _is_dtensor(tensor: torch.Tensor) -> bool:

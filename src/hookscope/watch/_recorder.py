@@ -2,10 +2,10 @@
 
 The forward hook of each selected module takes one of three paths, decided once per step by `Watch`: record
 (the step is recorded), check (an unrecorded training step: only whether the output and its gradient are
-finite) or skip (counted in `dropped`). Recording does little in the hook: a large output gets its statistics at
-once (`_kernels.py`, while it is in cache and before an in-place op can change it), a small one is copied into the
-step's `StepLog`; gradient hooks do the same. `settle()` at the end of the step closes the log; the small
-tensors of several closed steps are described together (`_batch.py`) when they are written into their rows
+finite) or skip (counted in `dropped`). Recording does little in the hook: the output is added to the step's row
+in the engine's tables (`_buffers.py`), which describe a large output at once (while it is in cache and before an
+in-place op can change it) and copy a small one; gradient hooks do the same. `settle()` at the end of the step
+closes it; the small tensors of several closed steps are described together when the rows are written
 (`_step.py`).
 
 Under `torch.compile` the traced hooks read one flag and append to one list (no other Python state, so no graph
@@ -24,22 +24,11 @@ import torch
 import torch.nn as nn
 
 from ..hooks import HookHandle, register_module_hook, tensor_leaves
-from ._buffers import ACTIVATION, OUTPUT_GRAD, StepBuffers
-from ._kernels import (
-    BATCH_BELOW,
-    Scratch,
-    activation_vector,
-    first_float,
-    grad_vector,
-    hist_counts,
-    hist_scale,
-    saturation_bounds,
-    unit_activity,
-    unit_dims,
-)
+from ..stats import unit_dims
+from ._buffers import StepBuffers
+from ._inspect import first_float, saturation_bounds
 from ._options import WatchOptions
 from ._params import ParamRecorder
-from ._step import StepLog
 
 __all__ = ["Recorder"]
 
@@ -57,13 +46,13 @@ class Recorder(ParamRecorder):
         options: WatchOptions,
     ) -> None:
         count = len(modules)
-        buffers = StepBuffers(options.buffer_steps, count, len(params), options.hist_bins)
+        self.module_refs = [weakref.ref(m) for _, m in modules]
+        self.bounds = [saturation_bounds(m) for _, m in modules]
+        buffers = StepBuffers(options, count, len(params), self.bounds, self._unit_dim)
         super().__init__(options, buffers, [p for _, p in params])
         self.paths = [path for path, _ in modules]
         self.kinds = [type(m).__name__ for _, m in modules]
-        self.module_refs = [weakref.ref(m) for _, m in modules]
         self.param_names = [name for name, _ in params]
-        self.bounds = [saturation_bounds(m) for _, m in modules]
         self.row = -1  # the id of the row the hooks write into now; -1 when this moment is not recorded
         self.checking = False  # the open step is an unrecorded training step whose non-finite values are checked
         self.active = False  # inside a training batch
@@ -73,15 +62,14 @@ class Recorder(ParamRecorder):
         self.forward_order: list[int] = []
         self.backward_order: list[int] = []
         self._ranked = ([False] * count, [False] * count)
-        self.unit_values = [0] * count
         self.flags: torch.Tensor | None = None  # (2, modules) bool, kept for state dicts
         self.first: torch.Tensor | None = None  # (2, modules) int64: first unrecorded step found non-finite
         self.dropped: dict[str, int] = {}
-        self.scratch = Scratch()
         self.checks: list[tuple[int, int, tuple[torch.Tensor, torch.Tensor]]] = []
         self.traced: list[tuple[int, int, torch.Tensor]] = []  # (kind, module, tensor) appended by traced hooks
         self.stage: torch.Tensor | None = None  # (modules, 3 + 1) gradient sums and check hits of traced backwards
         self._handles: list[HookHandle] = []
+        self._positions: dict[tuple[torch.device, tuple[int, ...]], torch.Tensor] = {}
         groups = options.groups
         self._stats, self._hist = "activations" in groups, "histograms" in groups
         self._units, self._grads = "unit_activity" in groups, "output_grads" in groups
@@ -97,8 +85,21 @@ class Recorder(ParamRecorder):
         """Point at the modules and parameters of a new fit of the same model (same paths and names)."""
         self.module_refs = [weakref.ref(m) for _, m in modules]
         self.bind_params([p for _, p in params])
-        self.bounds = [saturation_bounds(m) for _, m in modules]
-        self.forget_layouts()
+
+    def _unit_dim(self, index: int, ndim: int) -> int | None:
+        """The unit dim of an `ndim`-dim output of module `index` (`None`: no units)."""
+        dims = unit_dims(self.module_refs[index](), ndim)
+        return None if dims is None else dims[0]
+
+    def positions(self, columns: list[int], device: torch.device) -> torch.Tensor:
+        """A cached int64 device tensor of `columns`."""
+        key = (device, tuple(columns))
+        tensor = self._positions.get(key)
+        if tensor is None:
+            if len(self._positions) >= 256:
+                self._positions.clear()
+            tensor = self._positions[key] = torch.tensor(columns, dtype=torch.int64).to(device)
+        return tensor
 
     def register(self) -> None:
         """Place one forward hook on every selected module."""
@@ -116,8 +117,7 @@ class Recorder(ParamRecorder):
         while self._handles:
             self._handles.pop().remove()
         self.bind_params([])
-        self.scratch.clear()
-        self.forget_layouts()
+        self._positions.clear()
 
     def drop(self, reason: str, count: int = 1) -> None:
         """Count `count` observations not kept, by reason."""
@@ -159,52 +159,12 @@ class Recorder(ParamRecorder):
     def _record(self, index: int, module: nn.Module, output: Any) -> None:
         self.observed[index] = True
         self._rank(0, index)
-        log = self.log
+        row = self.row
         x = first_float(output) if self._capture else None
-        if x is not None and x.numel() and log is not None:
-            if x.numel() < BATCH_BELOW:
-                self.keep_small(log, ACTIVATION, index, x.detach())
-            else:
-                self.describe_large(log, index, x.detach(), module)
-        if self._grads and torch.is_grad_enabled() and log is not None:
-            _hook_grads(output, self._grad_hook(index, log))
-
-    def describe_large(self, log: StepLog, index: int, x: torch.Tensor, module: nn.Module | None) -> None:
-        """Take the statistics of a large output `x` of module `index` now (in cache, before in-place ops)."""
-        flat = x.reshape(-1) if x.dtype == torch.float32 else x.reshape(-1).float()
-        vector = activation_vector(flat, self.options.near_zero, self.bounds[index], self.scratch)
-        hist = None
-        if self._hist:
-            scale, shift = self._scale_of(index, flat)
-            hist = hist_counts(flat, scale, shift, self.options.hist_bins, self.scratch)
-        if self._units and module is not None:
-            dims = unit_dims(module, x.dim())
-            if dims is not None:
-                self._add_units(index, x.shape, dims, flat)
-        log.acts.append((index, flat.numel(), vector, hist))
-
-    def _scale_of(self, index: int, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        state = self.hist_state(flat.device)
-        if not state.ready[index] and self.pending:
-            self.write_pending()  # the range comes from the module's first recorded step
-        if not state.ready[index]:
-            scale, shift = hist_scale(flat, self.options.hist_bins, self.options.hist_range)
-            state.scale[index].copy_(scale)
-            state.shift[index].copy_(shift)
-            state.ready[index] = True
-        return state.scale[index], state.shift[index]
-
-    def _add_units(self, index: int, shape: torch.Size, dims: tuple[int, tuple[int, ...]], flat: torch.Tensor) -> None:
-        unit, reduce = dims
-        start = self.unit_table.slot(index, shape[unit], flat.device)
-        if start is None:
-            self.drop("unit_shape")
-            return
-        active = unit_activity(flat.view(shape), reduce, self.scratch)
-        table = self.unit_table.flat
-        if table is not None:
-            table[start : start + shape[unit]].add_(active)
-        self.unit_values[index] += flat.numel() // shape[unit]
+        if x is not None and x.numel():
+            self.observe_activation(row, index, x.detach())
+        if self._grads and torch.is_grad_enabled():
+            _hook_grads(output, self._grad_hook(index, row))
 
     def _traced_forward(self, index: int, output: Any) -> None:
         # Traced by torch.compile: read one flag, append to one list, register gradient hooks; nothing else.
@@ -213,7 +173,7 @@ class Recorder(ParamRecorder):
             return
         if self.recording:
             if self._capture:
-                self.traced.append((ACTIVATION, index, x.detach().to(torch.float32, copy=True)))
+                self.traced.append((0, index, x.detach().to(torch.float32, copy=True)))
             if self._grads and torch.is_grad_enabled():
                 _hook_grads(output, self._traced_grad_hooks[index])
         elif self.checking_now:
@@ -222,18 +182,13 @@ class Recorder(ParamRecorder):
                 _hook_grads(output, self._traced_check_hooks[index])
 
     # ---- gradients -----------------------------------------------------------------------------------------
-    def _grad_hook(self, index: int, log: StepLog) -> GradHook:
+    def _grad_hook(self, index: int, row: int) -> GradHook:
         def hook(grad: torch.Tensor | None) -> None:
             if grad is None:
                 return
-            if log.written:
-                self.late_gradient(log, index, grad)
-                return
-            self._rank(1, index)
-            if grad.numel() < BATCH_BELOW:
-                self.keep_small(log, OUTPUT_GRAD, index, grad.detach() if grad.requires_grad else grad)
-            else:
-                log.grads.append((index, grad_vector(grad.detach())))
+            if self.buffers.is_live(row):
+                self._rank(1, index)
+            self.observe_grad(row, index, grad.detach() if grad.requires_grad else grad)
 
         return hook
 
@@ -241,7 +196,7 @@ class Recorder(ParamRecorder):
         def hook(grad: torch.Tensor) -> None:
             # Traced into the backward graph: only in-place updates of a device tensor are allowed here.
             if self.stage is not None:
-                self.stage[index, :3].add_(grad_vector(grad))
+                self.stage[index, :3].add_(_squares(grad))
 
         return hook
 
@@ -273,18 +228,6 @@ class Recorder(ParamRecorder):
         return hook
 
     # ---- parameters and optimizer steps --------------------------------------------------------------------
-    def log_loss(self, loss: torch.Tensor | float) -> None:
-        """Add `loss` to the open row's loss (averaged over the calls of the step); count it dropped otherwise."""
-        row_id = self.open_row
-        if row_id < 0:
-            self.drop("sampling_loss")
-            return
-        value = loss.detach().float().mean() if isinstance(loss, torch.Tensor) else torch.tensor(float(loss))
-        at = self.buffers.layout.loss_at
-        row = self.buffers.row(row_id, value.device)
-        row[at : at + 1].add_(value.reshape(1).to(row.device))
-        self.buffers.loss_calls[row_id % self.buffers.rows] += 1
-
     # ---- the end of a step ---------------------------------------------------------------------------------
     def fold_flags(self, step: int) -> None:
         """Fold the checked step's non-finite findings into the first non-finite steps, on the device."""
@@ -318,23 +261,33 @@ class Recorder(ParamRecorder):
             self.first = torch.full((2, len(self.paths)), -1, dtype=torch.int64, device=device)
 
     def settle(self) -> None:
-        """Close the recorded step: its log waits to be written with the next ones (`_step.py`)."""
-        log = self.log
-        if log is None or log.settled:
+        """Close the recorded step: what traced hooks handed over joins its row; the rows wait (`_step.py`)."""
+        row = self.open_row
+        if row < 0:
             return
+        traced = False
         for kind, index, tensor in self._take_traced():
             self.observed[index] = True
             self._rank(0, index)
-            log.traced = True
-            if kind != ACTIVATION:
-                continue
-            if tensor.numel() < BATCH_BELOW:
-                self.keep_owned(log, ACTIVATION, index, tensor)
-            else:
-                self.describe_large(log, index, tensor, self.module_refs[index]())
-        if log.traced:
+            traced = True
+            if kind == 0:
+                self.observe_activation(row, index, tensor, owned=True)
+        if traced:
             self._assume_backward_order()
-        self.defer(log)
+            self._take_stage(row)
+        self.close_step()
+
+    def _take_stage(self, row: int) -> None:
+        """Add the output-gradient sums of squares that compiled backwards accumulated to `row` (then zero them)."""
+        stage = self.stage
+        if stage is None or not self.buffers.is_live(row):
+            return
+        sums = stage[:, :3].double()
+        norms = torch.stack((sums[:, 0].sqrt(), sums[:, 1], sums[:, 2], torch.zeros_like(sums[:, 0])), dim=1)
+        slot = self.buffers.slot(row, stage.device)
+        for index in range(len(self.paths)):
+            self.buffers.grads.add_record(slot, index, norms[index])
+        stage[:, :3].zero_()
 
     def _assume_backward_order(self) -> None:
         """Compiled backwards cannot report their order: assume the reverse of the forward order."""
@@ -348,6 +301,14 @@ class Recorder(ParamRecorder):
     def modules(self) -> list[nn.Module | None]:
         """The watched modules (`None` for those deleted)."""
         return [ref() for ref in self.module_refs]
+
+
+def _squares(grad: torch.Tensor) -> torch.Tensor:
+    """(sum of squares of the finite values, non-finite count, count) of `grad`, float32 (traced backwards)."""
+    values = torch.view_as_real(grad) if grad.is_complex() else grad
+    finite = torch.isfinite(values)
+    clean = torch.where(finite, values, 0.0).float()
+    return torch.stack(((clean * clean).sum(), (~finite).sum().float(), torch.full_like(clean.sum(), values.numel())))
 
 
 def _hook_grads(output: Any, hook: GradHook) -> None:

@@ -15,16 +15,21 @@ from typing import Any
 import torch
 
 from .._io import load_bundle, save_bundle
+from ..stats import STATISTICS
 
 __all__ = ["ACTIVATION_STATS", "GRAD_STATS", "WatchResults"]
 
-ACTIVATION_STATS = ("mean", "std", "rms", "min", "max", "near_zero", "nonfinite", "saturated", "count")
-"""Per module output, per step: mean, unbiased std, root mean square, min, max, fraction with |x| <= near_zero,
-count of non-finite values, (tanh/sigmoid-family modules only, else NaN) fraction within 1% of a bound, and the
-number of values observed (what statistics are merged by, across calls and across ranks)."""
+ACTIVATION_STATS = STATISTICS
+"""Per module output, per step (the engine's `hookscope.stats.STATISTICS`): mean, std (Bessel's correction, 0
+for one value), root mean square, min, max, the fraction with |x| <= near_zero (`meta["near_zero"]`), the count
+of non-finite values, the fraction within 1% of a bound (tanh/sigmoid-family modules only, else NaN), the count
+of finite values observed (what statistics are merged by, across calls and across ranks) and the fraction of
+values whose statistics were estimated from a sample (large outputs, unless `exact=True`). Every statistic but
+the counts leaves non-finite values out."""
 
 GRAD_STATS = ("norm", "nonfinite")
-"""Per module output gradient and per parameter gradient, per step: L2 norm and count of non-finite values."""
+"""Per module output gradient and per parameter gradient, per step: the L2 norm of the finite values and the count
+of non-finite values (in a large gradient that holds some, the norm and the count are estimated from a sample)."""
 
 _KIND = "watch_results"
 
@@ -36,15 +41,19 @@ class WatchResults:
     Attributes:
         steps: (S,) int64, the step number of each recorded step (counted from 0).
         layers: module path -> module type name, for every selected module, in model order.
-        activations: module path -> stat name (`ACTIVATION_STATS`) -> (S,) float32.
-        histograms: module path -> (S, bins) float32 counts of output values (out-of-range values in end bins).
-        hist_edges: module path -> (bins + 1,) float32 bin edges.
-        output_grads: module path -> stat name (`GRAD_STATS`) -> (S,) float32, d loss / d output.
-        param_grads: parameter name -> stat name (`GRAD_STATS`) -> (S,) float32, after accumulation (and after
+        activations: module path -> stat name (`ACTIVATION_STATS`) -> (S,) float64.
+        histograms: module path -> (S, bins) float64 counts of the finite output values, every step on the
+            layer's one range: the widest its values needed (a symmetric power of two, widened and re-binned
+            exactly as larger values came; nothing is clamped into an end bin), or the fixed `hist_range`.
+        hist_edges: module path -> (bins + 1,) float64 bin edges of that range.
+        hist_outside: module path -> (S, 2) float64 counts of the values below and above a fixed `hist_range`
+            (empty for a range that follows the data: nothing falls outside it).
+        output_grads: module path -> stat name (`GRAD_STATS`) -> (S,) float64, d loss / d output.
+        param_grads: parameter name -> stat name (`GRAD_STATS`) -> (S,) float64, after accumulation (and after
             DDP's all-reduce when wrapped: `meta["grad_reduction"]` says which).
-        update_ratios: parameter name -> (S,) float32, ||W_after - W_before|| / ||W_after|| per optimizer step.
-        losses: (S,) float32 when the loss was logged (`watch.log_loss`), else `None`.
-        unit_activity: module path -> (units,) float32, the fraction of observed values of each output unit
+        update_ratios: parameter name -> (S,) float64, ||W_after - W_before|| / ||W_after|| per optimizer step.
+        losses: (S,) float64 when the loss was logged (`watch.log_loss`), else `None`.
+        unit_activity: module path -> (units,) float64, the fraction of observed values of each output unit
             (dim 1 of 4-D and 5-D outputs and of convolution/normalization layers, the last dim otherwise) that
             were > 0, over all recorded steps.
         identical_units: module path -> number of output units identical (within 1e-6) to another unit of the
@@ -64,6 +73,7 @@ class WatchResults:
     activations: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
     histograms: dict[str, torch.Tensor] = field(default_factory=dict)
     hist_edges: dict[str, torch.Tensor] = field(default_factory=dict)
+    hist_outside: dict[str, torch.Tensor] = field(default_factory=dict)
     output_grads: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
     param_grads: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
     update_ratios: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -160,7 +170,11 @@ class WatchResults:
             for name, stats in names.items():
                 for stat, values in stats.items():
                     tensors[f"{group}/{name}/{stat}"] = values
-        for prefix, table in (("histograms", self.histograms), ("hist_edges", self.hist_edges)):
+        for prefix, table in (
+            ("histograms", self.histograms),
+            ("hist_edges", self.hist_edges),
+            ("hist_outside", self.hist_outside),
+        ):
             tensors.update({f"{prefix}/{name}": t for name, t in table.items()})
         tensors.update({f"unit_activity/{name}": t for name, t in self.unit_activity.items()})
         document = {
@@ -199,7 +213,7 @@ class WatchResults:
                 results.update_ratios[name] = value
             elif group == "losses":
                 results.losses = value
-            else:  # histograms, hist_edges, unit_activity: "group/name"
+            else:  # histograms, hist_edges, hist_outside, unit_activity: "group/name"
                 getattr(results, group)[rest] = value
         return results
 

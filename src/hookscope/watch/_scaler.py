@@ -49,7 +49,7 @@ class GradScalerSteps:
         self.stepped = False  # the watched optimizer stepped since the scaler's last update
 
     def factor(self) -> torch.Tensor | None:
-        """`1 / scale**2` of the scale the last backward used (a new 0-d device tensor), `None` when unscaled.
+        """`1 / scale` of the scale the last backward used (a new 0-d device tensor), `None` when unscaled.
 
         Call it when a backward ends: the scaler changes its scale in place at `update()`.
         """
@@ -57,7 +57,7 @@ class GradScalerSteps:
         scale = getattr(scaler, "_scale", None)
         if scaler is None or scale is None or not scaler.is_enabled():
             return None
-        return torch.pow(scale.detach(), -2.0)
+        return torch.pow(scale.detach(), -1.0)
 
     def updated(self) -> bool:
         """Whether `scaler.update()` ran since the last call (it replaces the scaler's per-optimizer state)."""

@@ -15,10 +15,10 @@ if TYPE_CHECKING:
 
 __all__ = ["load_watch_state", "watch_state"]
 
-_VERSION = 1
+_VERSION = 2  # 2: histogram ranges as exponents, unit activity as the engine's table keeps it
 _COUNTERS = ("_batches", "_optimizer_steps", "_step", "_recorded", "_warned_unobserved")
 _OPTIONAL = {"_skipped": list}  # added after version 1 was written: absent from older states
-_RECORDER = ("dropped", "observed", "forward_order", "backward_order", "unit_values")
+_RECORDER = ("dropped", "observed", "forward_order", "backward_order")
 
 
 def watch_state(watch: Watch) -> dict[str, Any]:
@@ -44,8 +44,7 @@ def watch_state(watch: Watch) -> dict[str, Any]:
 def _recorder_state(recorder: Recorder) -> dict[str, Any]:
     state: dict[str, Any] = {name: _copy(getattr(recorder, name)) for name in _RECORDER}
     state.update(paths=list(recorder.paths), param_names=list(recorder.param_names))
-    state["units"] = [None if t is None else t.cpu().clone() for t in recorder.units]
-    state["scales"] = [None if s is None else torch.stack(s).cpu() for s in recorder.scales]
+    state["units"], state["unit_values"] = recorder.buffers.acts.unit_state()
     state["first"] = None if recorder.first is None else recorder.first.cpu().clone()
     return state
 
@@ -96,8 +95,7 @@ def apply_recorder_state(watch: Watch) -> None:
         [j in recorder.backward_order for j in range(len(recorder.paths))],
     )
     device = recorder.buffers.device or _device_of(recorder)
-    recorder.units = [None if t is None else t.to(device) for t in state["units"]]
-    recorder.scales = [None if s is None else (s[0].to(device), s[1].to(device)) for s in state["scales"]]
+    recorder.buffers.acts.load_unit_state(state["units"], state["unit_values"], device)
     if state["first"] is not None:
         recorder.first = state["first"].to(device)
         recorder.flags = torch.ones_like(recorder.first, dtype=torch.bool)

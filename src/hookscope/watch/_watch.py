@@ -66,11 +66,12 @@ class Watch(Callback):
         doctor: bool = False,
         doctor_every: int = 100,
         scaler: torch.amp.GradScaler | None = None,
+        exact: bool = False,
     ) -> None:
         self.options = WatchOptions.build(
             every=every, train_only=train_only, groups=groups, capacity=capacity, buffer_steps=buffer_steps,
             hist_bins=hist_bins, hist_range=hist_range, near_zero=near_zero, check_nonfinite=check_nonfinite,
-            doctor=doctor, doctor_every=doctor_every,
+            doctor=doctor, doctor_every=doctor_every, exact=exact,
         )  # fmt: skip
         if model is not None:
             check_hookable(model, "model")
@@ -195,8 +196,8 @@ class Watch(Callback):
         recorder = self._recorder
         if recorder is None:
             return
-        if self._scaler is not None and recorder.log is not None:
-            recorder.log.grad_factor = self._scaler.factor()
+        if self._scaler is not None:
+            recorder.set_grad_factor(self._scaler.factor())
         if self._optimizer_ref is None:
             recorder.record_param_grads()
 
@@ -297,8 +298,7 @@ class Watch(Callback):
         self._first = merge_first(self._first, first_nonfinite(chunk, recorder.paths, orders))
         kept = self._store.add(chunk)
         if self.sinks and len(kept):
-            block = build_results(kept, recorder.paths, recorder.kinds, recorder.param_names, self.options.groups)
-            block.hist_edges = collect_extras(recorder, hist_only=True).hist_edges
+            block = build_results(kept, recorder.paths, recorder.kinds, recorder.param_names, self.options)
             for sink in self.sinks:
                 sink.write(block)
 
@@ -310,10 +310,8 @@ class Watch(Callback):
             return WatchResults(meta=dict(self._meta))
         self._flush()
         table = self._store.table()
-        results = build_results(table, recorder.paths, recorder.kinds, recorder.param_names, self.options.groups)
+        results = build_results(table, recorder.paths, recorder.kinds, recorder.param_names, self.options)
         extras = collect_extras(recorder, model=_alive(self._model_ref))
-        results.hist_edges = extras.hist_edges
-        results.histograms = {p: h for p, h in results.histograms.items() if p in extras.hist_edges}
         results.unit_activity = extras.unit_activity
         results.identical_units = extras.identical_units
         results.unobserved = extras.unobserved
