@@ -24,6 +24,7 @@ from hookscope.plot import (
     weight_histograms,
 )
 from hookscope.watch import WatchResults
+from stats_oracle import auto_exponent, auto_histogram, values_of
 
 
 def lines_by_label(ax) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
@@ -105,16 +106,17 @@ def test_layer_figure_has_six_panels_and_says_what_is_missing(results: WatchResu
         plot_layer(results, "nope")
 
 
-def test_weight_histograms_match_numpy() -> None:
+def test_weight_histograms_are_the_engines_and_match_the_oracle() -> None:
     values = torch.randn(1000)
+    values[3] = float("nan")
     counts, edges = weight_histograms({"w": values}, bins=10)["w"]
-    expected, expected_edges = np.histogram(values.numpy(), bins=10, range=(values.min().item(), values.max().item()))
-    np.testing.assert_allclose(edges.numpy(), expected_edges, rtol=1e-5, atol=1e-6)
-    np.testing.assert_array_equal(counts.numpy(), expected)
+    exponent = auto_exponent(values_of(values))
+    assert exponent is not None and float(edges[-1]) == -float(edges[0]) == 2.0**exponent
+    assert counts.tolist() == auto_histogram(values_of(values), 10, exponent).tolist()
     model = torch.nn.Linear(3, 2)
     assert list(weight_histograms(model)) == ["weight", "bias"]
     assert len(plot_weights(model).axes[0].patches) == 1
-    with pytest.raises(ValueError, match=r"bins must be a positive int, got 0"):
+    with pytest.raises(ValueError, match=r"bins must be a positive even int .*, got 0"):
         weight_histograms(model, bins=0)
 
 

@@ -185,7 +185,7 @@ def test_analyze_weight_updates_against_numpy() -> None:
     assert set(summary) == {"a", "b", "d"}
     window = np.array([4.0, 2.0, 3.0])
     slope = np.polyfit(np.arange(3), window, 1)[0]
-    expected = {"mean": 3.0, "std": window.std(), "min": 2.0, "max": 4.0, "last": 3.0, "trend": slope}
+    expected = {"mean": 3.0, "std": window.std(ddof=1), "min": 2.0, "max": 4.0, "last": 3.0, "trend": slope}
     assert summary["a"] == pytest.approx(expected)
     assert summary["b"] == {"mean": 7.0, "std": 0.0, "min": 7.0, "max": 7.0, "last": 7.0, "trend": 0.0}
     assert summary["d"]["trend"] == pytest.approx(1.0)

@@ -10,6 +10,8 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from ..stats import auto_edges, check_bins, exponent_of
+from ..stats import counts as hist_counts
 from ._base import as_array, label, new_figure
 
 if TYPE_CHECKING:
@@ -28,28 +30,27 @@ def weight_histograms(
 ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """Return `{name: (counts (bins,), edges (bins + 1,))}` of each floating-point parameter's finite values.
 
+    The histograms are the engine's (`hookscope.stats`): `bins` equal bins over the symmetric power-of-two range
+    just wider than the largest finite magnitude, the range every histogram of hookscope uses.
+
     Args:
         weights: A model (its `named_parameters()`) or a mapping name -> tensor (e.g. a state dict).
-        bins: Number of equal-width bins between each tensor's finite min and max.
+        bins: Number of bins (even).
 
     Raises:
         ValueError: `bins` is not a positive int.
     """
-    if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
-        raise ValueError(f"bins must be a positive int, got {bins!r}")
+    check_bins("bins", bins, automatic=True)
     named = dict(weights.named_parameters()) if isinstance(weights, nn.Module) else dict(weights)
     out = {}
     for name, tensor in named.items():
         if not tensor.is_floating_point() or tensor.numel() == 0:
             continue
-        values = tensor.detach().flatten().to(torch.float32)
-        values = values[torch.isfinite(values)]
-        low, high = (values.min(), values.max()) if values.numel() else (torch.tensor(0.0), torch.tensor(0.0))
-        low_f, high_f = float(low), float(high)  # one sync per parameter, at report time only
-        if high_f <= low_f:
-            low_f, high_f = low_f - 0.5, high_f + 0.5
-        counts = torch.histc(values, bins=bins, min=low_f, max=high_f).cpu()
-        out[name] = (counts, torch.linspace(low_f, high_f, bins + 1))
+        values = tensor.detach().reshape(-1).double()
+        finite = torch.isfinite(values)
+        exponent = exponent_of(torch.where(finite, values.abs(), 0.0).amax())
+        counts = hist_counts(values, finite.double(), bins, exponent)[:bins].cpu()
+        out[name] = (counts, auto_edges(int(exponent), bins))  # one sync per parameter, at report time only
     return out
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -11,6 +10,7 @@ import torch.nn as nn
 
 from .._errors import unknown_name
 from ..hooks import Selector, named_modules, register_module_hook
+from ..stats import STATISTICS, Spec, describe, finalize, norm_of, ratio_of_norms
 from ._layers import effective_weight, has_weight, weight_layers
 from ._rows import LazyMapping, RowLog
 
@@ -136,12 +136,10 @@ def weight_change(weight: torch.Tensor, reference: torch.Tensor, metric: str, pa
         return diff.abs().amax() if metric == "max" else diff.abs().mean()
     if metric == "cosine":
         return _cosine_distance(w, w0)
-    norm: torch.Tensor = torch.linalg.vector_norm(diff)
+    norm = norm_of(diff)[0]
     if metric == "norm":
         return norm
-    base = torch.linalg.vector_norm(w0)
-    zero = torch.zeros_like(norm)
-    return torch.where(base > 0, norm / base, torch.where(norm > 0, zero + math.inf, zero))
+    return ratio_of_norms(norm, norm_of(w0)[0])  # "relative": the update-to-weight ratio of this change
 
 
 def _cosine_distance(w: torch.Tensor, w0: torch.Tensor) -> torch.Tensor:
@@ -167,19 +165,20 @@ def _to_floats(paths: list[str], values: list[torch.Tensor]) -> dict[str, float]
 def weight_statistics(weight: torch.Tensor) -> torch.Tensor:
     """The statistics of `STAT_NAMES`, in that order, as a float64 tensor on `weight`'s device (no host sync).
 
-    `std` is the unbiased (Bessel-corrected, `torch.std`) estimate, 0.0 for a one-element weight;
-    `zero_fraction` is the fraction of entries with |w| < 1e-8. Low-precision weights are read in float32.
+    Every statistic is the engine's (`hookscope.stats`): `std` has Bessel's correction (0.0 for a one-element
+    weight), `norm` is the L2 norm, `abs_mean` the mean of |w|, and `zero_fraction` the near-zero fraction with
+    the threshold 1e-8 (|w| <= 1e-8); non-finite entries are left out of all of them.
 
     Shape:
         any non-empty weight -> `(7,)`.
     """
-    w = weight.detach().flatten()
-    w = w.double() if w.dtype == torch.float64 else w.float()
-    magnitude = w.abs()
-    std = w.std() if w.numel() > 1 else torch.zeros((), dtype=w.dtype, device=w.device)
-    values = [w.mean(), std, w.amin(), w.amax(), torch.linalg.vector_norm(w), magnitude.mean()]
-    values.append((magnitude < ZERO_TOLERANCE).to(w.dtype).mean())
-    return torch.stack(values).double()
+    spec = Spec(near_zero=ZERO_TOLERANCE)
+    values = dict(zip(STATISTICS, finalize(describe(weight.detach(), spec).record).unbind(), strict=True))
+    magnitudes = finalize(describe(weight.detach().abs(), spec).record)
+    norm = values["rms"] * values["count"].sqrt()
+    return torch.stack(
+        [*(values[name] for name in ("mean", "std", "min", "max")), norm, magnitudes[0], values["near_zero"]]
+    )
 
 
 def add_weight_distribution_monitor(

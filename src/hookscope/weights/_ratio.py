@@ -10,10 +10,10 @@ import torch
 import torch.nn as nn
 
 from ..hooks import HookHandle, Selector, register_optimizer_hook
+from ..stats import Sampler, norm_of, ratio_of_norms
 from ._layers import weight_layers, weight_parameter
 from ._nested import is_nested_step
 from ._rows import RowLog
-from ._updates import update_ratio
 
 __all__ = ["UpdateRatioMonitor"]
 
@@ -50,6 +50,7 @@ class UpdateRatioMonitor:
         self._before: list[torch.Tensor] = []
         self._log = RowLog(0, capacity)
         self._handles: list[HookHandle] = []
+        self._sampler = Sampler()
 
     @property
     def steps(self) -> int:
@@ -114,9 +115,10 @@ class UpdateRatioMonitor:
             return
         with torch.no_grad():
             device = self._weights[0].device
-            update = torch.stack([_norm(w - b).to(device) for w, b in zip(self._weights, self._before, strict=True)])
-            weight = torch.stack([_norm(w).to(device) for w in self._weights])
-            ratios = update_ratio(update, weight)
+            pairs = zip(self._weights, self._before, strict=True)
+            update = torch.stack([norm_of(w.detach() - b, self._sampler)[0].to(device) for w, b in pairs])
+            weight = torch.stack([norm_of(w.detach(), self._sampler)[0].to(device) for w in self._weights])
+            ratios = ratio_of_norms(update, weight).float()
         self._log.append(ratios)
         for path, ratio in zip(self.layer_names, ratios, strict=True):
             if path in self.reducers:
@@ -175,8 +177,3 @@ class UpdateRatioMonitor:
         self.layer_names = list(state["layer_names"])
         self._log = RowLog(len(self.layer_names), self.capacity)
         self._log.load_state_dict(state["log"])
-
-
-def _norm(tensor: torch.Tensor) -> torch.Tensor:
-    norm: torch.Tensor = torch.linalg.vector_norm(tensor, dtype=torch.float32)
-    return norm

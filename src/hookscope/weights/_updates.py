@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -11,6 +10,7 @@ from typing import Any
 import torch
 
 from ..hooks import normalize_path, register_optimizer_hook
+from ..stats import STATISTICS, Sampler, Spec, describe, finalize, norm_of, ratio_of_norms
 from ._nested import is_nested_step
 from ._rows import LazyMapping
 from ._snapshot import OptimizerSnapshot, optimizer_params
@@ -20,7 +20,6 @@ __all__ = [
     "analyze_weight_updates",
     "optimizer_param_names",
     "restore_optimizer_step",
-    "update_ratio",
 ]
 
 _TAGS = ("hookscope.weights",)
@@ -36,13 +35,6 @@ def optimizer_param_names(optimizer: torch.optim.Optimizer) -> list[str]:
         else:
             names += [f"group{g}.param{i}" for i in range(len(group["params"]))]
     return names
-
-
-def update_ratio(update_norm: torch.Tensor, weight_norm: torch.Tensor) -> torch.Tensor:
-    """||dW|| / ||W||, elementwise: 0.0 where both are 0, `inf` where only ||W|| is (no host sync)."""
-    zero = torch.zeros_like(update_norm)
-    safe = torch.where(weight_norm > 0, weight_norm, torch.ones_like(weight_norm))
-    return torch.where(weight_norm > 0, update_norm / safe, torch.where(update_norm > 0, zero + math.inf, zero))
 
 
 @dataclass
@@ -64,6 +56,7 @@ class _UpdateTracker:
         self.updates: list[torch.Tensor] = []
         self.records: list[_Record] = []
         self.restorable = False
+        self.sampler = Sampler()
 
     def before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if is_nested_step(optimizer):
@@ -93,9 +86,9 @@ class _UpdateTracker:
         if not params:
             return torch.zeros(2, 0)
         device = params[0].device
-        update_norms = torch.stack([_norm(u).to(device) for u in self.updates])
-        weight_norms = torch.stack([_norm(p).to(device) for p in params])
-        return torch.stack([update_ratio(update_norms, weight_norms), update_norms])
+        update_norms = torch.stack([norm_of(u, self.sampler)[0].to(device) for u in self.updates])
+        weight_norms = torch.stack([norm_of(p.detach(), self.sampler)[0].to(device) for p in params])
+        return torch.stack([ratio_of_norms(update_norms, weight_norms), update_norms]).float()
 
     def undo(self, optimizer: torch.optim.Optimizer) -> None:
         if not self.restorable:
@@ -142,11 +135,6 @@ def _subtract(out: torch.Tensor | None, after: torch.Tensor, before: torch.Tenso
     if out is not None and out.shape == after.shape and out.dtype == after.dtype and out.device == after.device:
         return torch.sub(after.detach(), before, out=out)
     return after.detach() - before
-
-
-def _norm(tensor: torch.Tensor) -> torch.Tensor:
-    norm: torch.Tensor = torch.linalg.vector_norm(tensor.detach(), dtype=torch.float32)
-    return norm
 
 
 def add_weight_update_monitor_hook(optimizer: torch.optim.Optimizer, log_interval: int = 10) -> dict[str, Any]:
@@ -214,8 +202,9 @@ def analyze_weight_updates(
 ) -> dict[str, dict[str, float]]:
     """Summarize, per parameter, its last `window_size` records (e.g. the update-to-weight ratios).
 
-    Returns `mean`, `std` (population, so 0.0 for one record), `min`, `max`, `last` and `trend` (the
-    least-squares slope per record; 0.0 for one record), in float64. Parameters with no records are left out.
+    Returns `mean`, `std` (Bessel's correction, 0.0 for one record: `hookscope.stats`' definition), `min`, `max`
+    (of the finite records), `last` and `trend` (the least-squares slope per record; 0.0 for one record), in
+    float64. Parameters with no records are left out.
 
     Raises:
         ValueError: `window_size` is not a positive int.
@@ -236,5 +225,6 @@ def _window_summary(values: torch.Tensor) -> dict[str, float]:
     centred = steps - steps.mean()
     denominator = (centred * centred).sum()
     trend = (centred * (values - values.mean())).sum() / denominator if values.numel() > 1 else values.new_zeros(())
-    stats = torch.stack([values.mean(), values.std(correction=0), values.min(), values.max(), values[-1], trend])
-    return dict(zip(("mean", "std", "min", "max", "last", "trend"), stats.tolist(), strict=True))
+    described = dict(zip(STATISTICS, finalize(describe(values, Spec()).record).tolist(), strict=True))
+    summary = {name: described[name] for name in ("mean", "std", "min", "max")}
+    return {**summary, "last": float(values[-1]), "trend": float(trend)}
