@@ -80,8 +80,63 @@ def transformer() -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
     return Encoder(), torch.randn(16, 128, 256), torch.randint(0, 10, (16,))
 
 
-MODELS = {"mlp": mlp, "cnn": cnn, "transformer": transformer, "tiny": tiny}
-STEPS = {"mlp": 10, "cnn": 5, "transformer": 4, "tiny": 200}
+class SqueezeExcite(nn.Module):
+    """Channel attention of MobileNetV3: pool, reduce, expand, hard sigmoid, rescale."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        squeezed = max(8, channels // 4)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.reduce, self.relu = nn.Conv2d(channels, squeezed, 1), nn.ReLU(inplace=True)
+        self.expand, self.gate = nn.Conv2d(squeezed, channels, 1), nn.Hardsigmoid()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.gate(self.expand(self.relu(self.reduce(self.pool(x)))))
+
+
+class InvertedResidual(nn.Module):
+    """MobileNetV3's block: 1x1 expansion, depthwise 3x3, optional squeeze-excitation, 1x1 projection."""
+
+    def __init__(self, inputs: int, expanded: int, outputs: int, stride: int, excite: bool) -> None:
+        super().__init__()
+        self.expand = nn.Sequential(
+            nn.Conv2d(inputs, expanded, 1, bias=False), nn.BatchNorm2d(expanded), nn.Hardswish()
+        )
+        self.depthwise = nn.Sequential(
+            nn.Conv2d(expanded, expanded, 3, stride, 1, groups=expanded, bias=False),
+            nn.BatchNorm2d(expanded),
+            nn.Hardswish(),
+        )
+        self.excite = SqueezeExcite(expanded) if excite else nn.Identity()
+        self.project = nn.Sequential(nn.Conv2d(expanded, outputs, 1, bias=False), nn.BatchNorm2d(outputs))
+        self.residual = stride == 1 and inputs == outputs
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.project(self.excite(self.depthwise(self.expand(x))))
+        return x + y if self.residual else y
+
+
+def mobile() -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    """A MobileNetV3-small-style CNN: many large activations per FLOP, the worst case for monitoring."""
+    blocks = [(16, 64, 16, 1, False), (16, 72, 24, 2, False), (24, 88, 24, 1, False), (24, 96, 40, 2, True)]
+    blocks += [(40, 240, 40, 1, True), (40, 120, 48, 1, True)]
+    model = nn.Sequential(
+        nn.Conv2d(3, 16, 3, 2, 1, bias=False),
+        nn.BatchNorm2d(16),
+        nn.Hardswish(),
+        *(InvertedResidual(*block) for block in blocks),
+        nn.Conv2d(48, 288, 1, bias=False),
+        nn.BatchNorm2d(288),
+        nn.Hardswish(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(288, 10),
+    )
+    return model, torch.randn(16, 3, 32, 32), torch.randint(0, 10, (16,))
+
+
+MODELS = {"mlp": mlp, "cnn": cnn, "transformer": transformer, "tiny": tiny, "mobile": mobile}
+STEPS = {"mlp": 10, "cnn": 5, "transformer": 4, "tiny": 200, "mobile": 2}
 """Steps timed per configuration per round (about 0.2-2 s each: a sub-millisecond step needs many)."""
 
 
@@ -145,7 +200,7 @@ def activation_stats(every: int | None) -> Config:
 def watch_everything(model: nn.Module, optimizer: torch.optim.Optimizer) -> Iterator[None]:
     from hookscope.watch import watch
 
-    with watch(model, optimizer, capacity=None):  # every step kept: no thinning of long runs
+    with watch(model, optimizer, capacity=None):  # defaults, but every step kept: no thinning of long runs
         yield
 
 
@@ -164,7 +219,7 @@ CONFIGS: dict[str, Config] = {
     "hooks doing nothing": noop_hooks,
     "ActivationStats, every step": activation_stats(None),
     "ActivationStats, every=10": activation_stats(10),
-    "watch(), everything, every step": watch_everything,
+    "watch() defaults, every step": watch_everything,
     "attached then detached": attached_then_detached,
     "naive per-layer .item() (reference)": naive_item,
 }

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from ._record import RECORD, Column
@@ -44,9 +45,8 @@ class Segments:
         self.groups = count
         self.values = sum(sizes)
         self.sizes = _to(torch.tensor(totals, dtype=torch.float64), device)
-        self.segment = _to(
-            torch.repeat_interleave(torch.tensor(groups, dtype=torch.int64), torch.tensor(sizes)), device
-        )
+        segment = np.repeat(np.asarray(groups, dtype=np.int64), np.asarray(sizes, dtype=np.int64))
+        self.segment = _to(torch.from_numpy(segment), device)  # (torch.repeat_interleave is slow on the CPU)
         self.saturation: tuple[torch.Tensor, torch.Tensor] | None = None
         if bounds is not None and any(b is not None for b in bounds):
             middle = [math.nan if b is None else (b[0] + b[1]) / 2 for b in bounds]

@@ -1,7 +1,8 @@
 """Tables of records on the device, filled by observations: small tensors batched, large ones described at once.
 
 A table has a cell per (row, key): a row is a step of `watch()` or a record of `ActivationStats`, a key a module
-or a parameter. `RecordTable` keeps each cell's moments record and, optionally, its histogram (with the exponent
+or a parameter. Rows are addressed by ids that may grow without bound (a ring of steps): id `r` lives in row
+`r % rows`, and the consumer makes sure a row is no longer needed before its id comes round again. `RecordTable` keeps each cell's moments record and, optionally, its histogram (with the exponent
 of its range) and each key's unit activity; `NormTable` keeps norm records (gradients). Observations are added
 as hooks see them (`add`): a tensor of fewer than `SMALL_BELOW` values is copied (float32) and waits; a larger
 one is described at once (in cache, before an in-place op can change it; sampled unless the table is exact) and
@@ -18,6 +19,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 
 from ._batched import Segments, describe_segments, norm_segments
@@ -36,6 +38,7 @@ SMALL_BELOW = 1 << 15
 
 _CACHE = 64  # layouts kept per table (a steady loop needs a handful)
 Part = tuple[int, int, tuple[int, ...]]  # (row, key, shape) of a small tensor waiting
+Members = tuple[tuple[int, tuple[int, ...]], ...]  # (key, shape) of each tensor a waiting chunk holds, in order
 
 
 class _Table:
@@ -49,7 +52,7 @@ class _Table:
         self.rows = 0
         self.device: torch.device | None = None
         self.pending_values = 0
-        self._small: list[tuple[int, int, torch.Tensor]] = []
+        self._small: list[tuple[int, Members, torch.Tensor]] = []  # (row, members, their values in one tensor)
         self._large: list[tuple[int, int, torch.Tensor]] = []
         self._layouts: dict[tuple[Part, ...], Any] = {}
 
@@ -70,9 +73,13 @@ class _Table:
 
     def _keep_small(self, row: int, key: int, x: torch.Tensor, owned: bool) -> None:
         if not owned or x.dtype != torch.float32:
-            x = x.detach().to(torch.float32, copy=True)  # a copy: in-place ops may follow the hook
-        self._small.append((row, key, x))
+            x = (x.detach() if x.requires_grad else x).to(torch.float32, copy=True)  # in-place ops may follow
+        self._small.append((row, ((key, tuple(x.shape)),), x))
         self.pending_values += x.numel()
+
+    def _values(self, small: list[tuple[int, Members, torch.Tensor]]) -> torch.Tensor:
+        """Every waiting small value, flat, float64."""
+        return torch._C._nn.flatten_dense_tensors([t for _, _, t in small]).double()
 
     def _layout(self, parts: tuple[Part, ...], build: Callable[[tuple[Part, ...]], Any]) -> Any:
         layout = self._layouts.get(parts)
@@ -82,14 +89,25 @@ class _Table:
             layout = self._layouts[parts] = build(parts)
         return layout
 
-    def _take_pending(self) -> tuple[list[tuple[int, int, torch.Tensor]], list[tuple[int, int, torch.Tensor]]]:
+    def _take_pending(self) -> tuple[list[tuple[int, Members, torch.Tensor]], list[tuple[int, int, torch.Tensor]]]:
         small, large = self._small, self._large
         self._small, self._large, self.pending_values = [], [], 0
         return small, large
 
-    def _cells(self, small_cells: list[int], large: list[tuple[int, int, torch.Tensor]]) -> tuple[torch.Tensor, ...]:
-        """The distinct cells written, and for each item (small groups, then large records) its cell's position."""
-        cells = small_cells + [row * self.keys + key for row, key, _ in large]
+    def _small_parts(self, small: list[tuple[int, Members, torch.Tensor]]) -> tuple[int, tuple[Part, ...]]:
+        """The first row id waiting, and the waiting small tensors as (row relative to it, key, shape): what a
+        layout depends on, the same for every batch of a steady loop."""
+        base = min(row for row, _, _ in small)
+        return base, tuple((row - base, key, shape) for row, members, _ in small for key, shape in members)
+
+    def _cells(
+        self, base: int, groups: list[tuple[int, int]], large: list[tuple[int, int, torch.Tensor]]
+    ) -> tuple[torch.Tensor, ...]:
+        """The distinct cells written, and for each item (small groups at rows relative to `base`, then large
+        records) its cell's position among them (then the positions of the cells themselves)."""
+        rows, keys = self.rows, self.keys
+        cells = [((base + row) % rows) * keys + key for row, key in groups]
+        cells += [(row % rows) * keys + key for row, key, _ in large]
         unique = list(dict.fromkeys(cells))
         where = {cell: k for k, cell in enumerate(unique)}
         device = self.device or torch.device("cpu")
@@ -223,13 +241,13 @@ class RecordTable(_Table):
                 if self.units is not None and start is not None:
                     self.units[start : start + found.numel()] = found.reshape(-1).to(self.units)
 
-    def reset(self, row: int) -> None:
-        """Empty the cells of `row`."""
+    def reset(self, rows: torch.Tensor) -> None:
+        """Empty the cells of `rows` (an int64 tensor of rows, on the table's device): one call per table."""
         if self.records is not None:
-            self.records[row] = self._empty_row(self.records.device)
+            self.records.index_copy_(0, rows, self._empty_row(self.records.device).expand(len(rows), -1, -1))
         if self.hists is not None and self.exponents is not None:
-            self.hists[row].zero_()
-            self.exponents[row].fill_(EXPONENT_NONE)
+            self.hists.index_fill_(0, rows, 0.0)
+            self.exponents.index_fill_(0, rows, EXPONENT_NONE)
 
     def _empty_row(self, device: torch.device) -> torch.Tensor:
         """(keys, len(RECORD)) empty records; `saturated` 0 for saturating keys, NaN for the others."""
@@ -246,15 +264,15 @@ class RecordTable(_Table):
             return
         small, large = self._take_pending()
         items: list[torch.Tensor] = []
-        cells: list[int] = []
+        base, groups = 0, list[tuple[int, int]]()
         if small:
-            layout = self._layout(tuple((r, k, tuple(t.shape)) for r, k, t in small), self._build)
-            values = torch._C._nn.flatten_dense_tensors([t for _, _, t in small]).double()
-            items.append(self._describe_small(values, layout))
-            cells = layout.cells
+            base, parts = self._small_parts(small)
+            layout = self._layout(parts, self._build)
+            items.append(self._describe_small(self._values(small), layout))
+            groups = layout.groups
         if large:
             items.append(torch.stack([item for _, _, item in large]))
-        unique, segment = self._cells(cells, large)
+        unique, segment = self._cells(base, groups, large)
         width = len(RECORD)
         records = self.records.view(-1, width)
         merged_items = torch.cat(items)
@@ -333,11 +351,11 @@ class _RecordLayout:
 
     def __init__(self, parts: tuple[Part, ...], table: RecordTable, device: torch.device) -> None:
         ids: dict[tuple[int, int], int] = {}
-        groups = [ids.setdefault((row, key), len(ids)) for row, key, _ in parts]
+        owners = [ids.setdefault((row, key), len(ids)) for row, key, _ in parts]
         bounds = [table.saturation[key] for _, key in ids]
         sizes = [math.prod(shape) for _, _, shape in parts]
-        self.segments = Segments(sizes, groups, device, bounds)
-        self.cells = [row * table.keys + key for row, key in ids]
+        self.segments = Segments(sizes, owners, device, bounds)
+        self.groups = list(ids)  # (row relative to the first one waiting, key)
         self.units: torch.Tensor | None = None
         self.unit_values: list[tuple[int, float]] = []
         self.unit_mismatch = 0
@@ -351,14 +369,14 @@ class _RecordLayout:
             start = None if unit is None else table._unit_slot(key, shape[unit], device)
             if unit is None or start is None:
                 self.unit_mismatch += unit is not None
-                ids.append(torch.zeros(size, dtype=torch.int64))
+                ids.append(np.zeros(size, dtype=np.int64))
                 continue
             view = [1] * len(shape)
             view[unit] = shape[unit]
-            ids.append(torch.arange(start, start + shape[unit]).view(view).expand(shape).reshape(-1))
+            ids.append(np.broadcast_to(np.arange(start, start + shape[unit]).reshape(view), shape).reshape(-1))
             self.unit_values.append((key, size / shape[unit]))
         if self.unit_values:
-            self.units = _to(torch.cat(ids), device)
+            self.units = _to(torch.from_numpy(np.concatenate(ids)), device)
 
 
 class NormTable(_Table):
@@ -388,19 +406,17 @@ class NormTable(_Table):
     def add_flat(self, row: int, keys: list[int], shapes: list[tuple[int, ...]], flat: torch.Tensor) -> None:
         """Observe several small tensors of cell row given concatenated in `flat` (a float32 tensor nobody else
         holds: the parameters of an optimizer step in one copy), `keys[i]` of shape `shapes[i]`."""
-        sizes = [math.prod(shape) for shape in shapes]
-        for key, shape, part in zip(keys, shapes, torch.split(flat, sizes), strict=True):
-            self._small.append((row, key, part.view(shape)))
+        self._small.append((row, tuple(zip(keys, shapes, strict=True)), flat))
         self.pending_values += flat.numel()
 
     def add_record(self, row: int, key: int, norm: torch.Tensor) -> None:
         """Add a norm record made elsewhere (a compiled backward's, for instance) to cell (row, key)."""
         self._large.append((row, key, norm.double()))
 
-    def reset(self, row: int) -> None:
-        """Empty the cells of `row`."""
+    def reset(self, rows: torch.Tensor) -> None:
+        """Empty the cells of `rows` (an int64 tensor of rows, on the table's device)."""
         if self.norms is not None:
-            self.norms[row].zero_()
+            self.norms.index_fill_(0, rows, 0.0)
 
     def flush(self) -> None:
         """Write every observation waiting into its cell: a fixed number of torch calls."""
@@ -408,24 +424,23 @@ class NormTable(_Table):
             return
         small, large = self._take_pending()
         items: list[torch.Tensor] = []
-        cells: list[int] = []
+        base, groups = 0, list[tuple[int, int]]()
         if small:
-            layout = self._layout(tuple((r, k, tuple(t.shape)) for r, k, t in small), self._build)
-            values = torch._C._nn.flatten_dense_tensors([t for _, _, t in small]).double()
-            items.append(norm_segments(values, layout[0]))
-            cells = layout[1]
+            base, parts = self._small_parts(small)
+            segments, groups = self._layout(parts, self._build)
+            items.append(norm_segments(self._values(small), segments))
         if large:
             items.append(torch.stack([item for _, _, item in large]))
-        unique, segment = self._cells(cells, large)
+        unique, segment = self._cells(base, groups, large)
         norms = self.norms.view(-1, len(NORM))
         every = torch.cat([*items, norms.index_select(0, unique)])
         norms.index_copy_(0, unique, combine_norm_segments(every, segment, unique.numel()))
 
-    def _build(self, parts: tuple[Part, ...]) -> tuple[Segments, list[int]]:
+    def _build(self, parts: tuple[Part, ...]) -> tuple[Segments, list[tuple[int, int]]]:
         ids: dict[tuple[int, int], int] = {}
-        groups = [ids.setdefault((row, key), len(ids)) for row, key, _ in parts]
+        owners = [ids.setdefault((row, key), len(ids)) for row, key, _ in parts]
         sizes = [math.prod(shape) for _, _, shape in parts]
-        return Segments(sizes, groups, self.device or torch.device("cpu")), [r * self.keys + k for r, k in ids]
+        return Segments(sizes, owners, self.device or torch.device("cpu")), list(ids)
 
     def _grow(self, rows: int, device: torch.device) -> None:
         norms = torch.zeros(rows, self.keys, len(NORM), dtype=torch.float64, device=device)

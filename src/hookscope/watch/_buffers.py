@@ -74,7 +74,7 @@ class StepBuffers:
 
     Rows are a ring addressed by a row id that only grows (`slot = row_id % rows`): writers keep the id of the
     row they write into and check `is_live(row_id)`, so a row moved to the host meanwhile is never written again.
-    A new row starts empty.
+    Rows are emptied when they are taken, so a new row starts empty.
 
     Args:
         options: The watch's options (groups, bins, range, near-zero threshold, sampling).
@@ -126,7 +126,8 @@ class StepBuffers:
             self.losses = torch.zeros(self.rows, dtype=torch.float64, device=device)
 
     def slot(self, row_id: int, device: torch.device) -> int:
-        """The slot of `row_id`, the rows allocated on `device` if nothing is yet."""
+        """The slot of `row_id` (for the losses and counters; the tables take row ids), the rows allocated on
+        `device` if nothing is yet."""
         self.allocate(device)
         return row_id % self.rows
 
@@ -157,12 +158,6 @@ class StepBuffers:
         self.steps[slot] = step
         self.loss_calls[slot] = 0
         self.grad_factors[slot] = None
-        if self.device is not None:
-            self.flush()  # nothing may still wait for the slot's previous row
-            for table in self.tables:
-                table.reset(slot)
-            if self.losses is not None:
-                self.losses[slot] = 0.0
         return row_id
 
     def take(self, stop_id: int | None = None) -> Chunk | None:
@@ -174,6 +169,11 @@ class StepBuffers:
         self.flush()
         chunk = self._finish(slots)
         self.first_id = stop
+        if self.device is not None and self.losses is not None:  # the taken rows start empty when they come round
+            index = torch.tensor(slots, device=self.device)
+            for table in self.tables:
+                table.reset(index)
+            self.losses.index_fill_(0, index, 0.0)
         return chunk
 
     def _finish(self, slots: list[int]) -> Chunk:

@@ -48,15 +48,15 @@ class ParamRecorder(StepWriter):
         if not present:
             return
         table = self.buffers.param_grads
-        slot = self.buffers.slot(row, present[0][1].device)
+        slot = self._ready(row, present[0][1].device)
         small = [(i, g) for i, g in present if g.numel() < SMALL_BELOW and not g.is_complex()]
-        if small:
-            with torch.no_grad():
-                flat = _flatten([g.detach() for _, g in small])
-            table.add_flat(slot, [i for i, _ in small], [tuple(g.shape) for _, g in small], flat)
-        for i, grad in present:
-            if grad.numel() >= SMALL_BELOW or grad.is_complex():
-                table.add(slot, i, grad.detach())
+        with torch.no_grad():
+            if small:
+                flat = _flatten([g for _, g in small])
+                table.add_flat(slot, [i for i, _ in small], [tuple(g.shape) for _, g in small], flat)
+            for i, grad in present:
+                if grad.numel() >= SMALL_BELOW or grad.is_complex():
+                    table.add(slot, i, grad)
 
     def snapshot(self) -> None:
         """Copy the watched parameters before an optimizer step of a recorded step: small ones into one flat
@@ -66,12 +66,12 @@ class ParamRecorder(StepWriter):
         small, large = self._param_split()
         current = self._values()
         with torch.no_grad():
-            self._flat_before = _flatten([current[i].detach() for i in small]) if small else None
+            self._flat_before = _flatten([current[i] for i in small]) if small else None
             copies = self._copies
             if copies is None or any(c.shape != current[i].shape for c, i in zip(copies, large, strict=True)):
                 copies = self._copies = [torch.empty_like(current[i]) for i in large]
             if large:
-                torch._foreach_copy_(copies, [current[i].detach() for i in large])
+                torch._foreach_copy_(copies, [current[i] for i in large])
         self._snapshot_row = self.open_row
 
     def record_ratios(self) -> None:
@@ -89,17 +89,17 @@ class ParamRecorder(StepWriter):
         table = self.buffers.updates
         with torch.no_grad():
             if small and self._flat_before is not None:
-                after = _flatten([current[i].detach() for i in small])
-                slot = self.buffers.slot(row, after.device)
+                after = _flatten([current[i] for i in small])
+                slot = self._ready(row, after.device)
                 shapes = [tuple(current[i].shape) for i in small]
                 table.add_flat(slot, small, shapes, self._flat_before.sub_(after))
                 table.add_flat(slot, [count + i for i in small], shapes, after)
             if large:
-                torch._foreach_sub_(copies, [current[i].detach() for i in large])
-                slot = self.buffers.slot(row, copies[0].device)
+                torch._foreach_sub_(copies, [current[i] for i in large])
+                slot = self._ready(row, copies[0].device)
                 for copy, i in zip(copies, large, strict=True):
                     table.add(slot, i, copy)
-                    table.add(slot, count + i, current[i].detach())
+                    table.add(slot, count + i, current[i])
         self._flat_before = None
 
     def _param_split(self) -> tuple[list[int], list[int]]:
@@ -114,12 +114,12 @@ class ParamRecorder(StepWriter):
 
 
 def _flatten(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """All values of `tensors` in one new flat float32 tensor (a copy, never a view of them)."""
-    return (
-        torch.cat([t.reshape(-1).to(torch.float32) for t in tensors])
-        if len(tensors) > 1
-        else tensors[0].reshape(-1).to(torch.float32, copy=True)
-    )
+    """All values of `tensors` in one new flat float32 tensor (a copy, never a view of them: one tensor alone is
+    cloned, as `flatten_dense_tensors` would return a view of it). Call under `torch.no_grad()`."""
+    if len(tensors) == 1:
+        return tensors[0].reshape(-1).to(torch.float32, copy=True)
+    flat = torch._C._nn.flatten_dense_tensors(tensors)
+    return flat if flat.dtype == torch.float32 else flat.float()
 
 
 def _is_dtensor(tensor: torch.Tensor) -> bool:

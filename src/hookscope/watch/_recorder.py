@@ -284,7 +284,7 @@ class Recorder(ParamRecorder):
             return
         sums = stage[:, :3].double()
         norms = torch.stack((sums[:, 0].sqrt(), sums[:, 1], sums[:, 2], torch.zeros_like(sums[:, 0])), dim=1)
-        slot = self.buffers.slot(row, stage.device)
+        slot = self._ready(row, stage.device)
         for index in range(len(self.paths)):
             self.buffers.grads.add_record(slot, index, norms[index])
         stage[:, :3].zero_()

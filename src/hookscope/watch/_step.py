@@ -46,16 +46,21 @@ class StepWriter:
         """A recorded step opens in row `row`."""
         self.open_row = row
 
+    def _ready(self, row: int, device: torch.device) -> int:
+        """Row id `row`, the rows allocated on `device` if nothing is yet (the tables take row ids)."""
+        self.buffers.allocate(device)
+        return row
+
     def observe_activation(self, row: int, index: int, x: torch.Tensor, *, owned: bool = False) -> None:
         """Add output `x` (detached) of module `index` to row `row`."""
-        self.buffers.acts.add(self.buffers.slot(row, x.device), index, x, owned=owned)
+        self.buffers.acts.add(self._ready(row, x.device), index, x, owned=owned)
 
     def observe_grad(self, row: int, index: int, grad: torch.Tensor) -> None:
         """Add the gradient of module `index`'s output to row `row`; counted `late_gradient` once it is taken."""
         if not self.buffers.is_live(row):
             self.drop("late_gradient")
             return
-        self.buffers.grads.add(self.buffers.slot(row, grad.device), index, grad)
+        self.buffers.grads.add(self._ready(row, grad.device), index, grad)
 
     def set_grad_factor(self, factor: torch.Tensor | None) -> None:
         """`1 / loss scale` of the open step's backward (GradScaler): its output-gradient norms are divided by it."""
