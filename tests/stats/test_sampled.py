@@ -65,6 +65,9 @@ def test_sampled_statistics_are_within_the_bounds(layout: str, dtype: torch.dtyp
     assert exponent is not None
     truth = auto_shares(values, bins, exponent)
     sampler = stats.Sampler(seed=1)
+    # The issue's bound (0.01) on structured layouts; values independent at random (`half_zero`) get the
+    # binomial worst case, 3 standard errors of a fraction of 0.5 over the sample.
+    bound = 0.01 if layout != "half_zero" else 1.5 / math.sqrt(stats.SAMPLE_SIZE)
     for _ in range(5):
         described = stats.describe_large(x, stats.Spec(), sampler)
         got = dict(zip(stats.STATISTICS, stats.finalize(described.record).tolist(), strict=True))
@@ -73,24 +76,28 @@ def test_sampled_statistics_are_within_the_bounds(layout: str, dtype: torch.dtyp
         assert got["min"] == wanted.min and got["max"] == wanted.max
         assert got["mean"] == pytest.approx(wanted.mean, rel=1e-5, abs=1e-6 * wanted.std)
         assert got["std"] == pytest.approx(wanted.std, rel=0.02)
-        assert abs(got["near_zero"] - wanted.near_zero) <= 0.01
+        assert abs(got["near_zero"] - wanted.near_zero) <= bound
         largest = max(abs(got["min"]), abs(got["max"]))
         hist = stats.counts(described.values, described.finite, bins, stats.exponent_of(torch.tensor(largest)))
         share = hist[:bins].numpy() / float(hist[:bins].sum())
-        assert np.abs(share - truth).max() <= 0.01
+        assert np.abs(share - truth).max() <= bound
 
 
 def test_sampled_unit_activity_follows_each_unit() -> None:
+    """Dead units are exactly 0 and always-active ones exactly 1 (each sampled value counts in both the active and
+    the seen values of its unit); the others, from about 126 sampled values each in one step, within 3 standard
+    errors of a fraction of 0.5 (they converge over steps: tests/watch/test_watch_perf_paths.py)."""
     x = torch.randn(16, 64, 24, 24)
     x[:, :8] = -1.0  # eight dead channels
     x[:, 8:16] = torch.rand(16, 8, 24, 24) + 0.1  # eight always active
-    truth = (x > 0).double().sum(dim=(0, 2, 3))
-    described = stats.describe_large(x, stats.Spec(), stats.Sampler(seed=3))
-    estimate = stats.unit_counts(described, tuple(x.shape), 1)
-    per_unit = x.numel() / 64
-    assert (estimate[:8] == 0).all()
-    assert torch.allclose(estimate[8:16], truth[8:16], rtol=0.01)
-    assert (estimate - truth).abs().max() / per_unit <= 0.1
+    truth = (x > 0).double().mean(dim=(0, 2, 3))
+    table = stats.RecordTable(1, stats.Spec(), sampler=stats.Sampler(seed=3), unit_dim=lambda key, ndim: 1)
+    table.allocate(1, torch.device("cpu"))
+    table.add(0, 0, x)
+    activity = table.unit_activity()[0]
+    assert activity is not None
+    assert (activity[:8] == 0).all() and (activity[8:16] == 1).all()
+    assert (activity - truth).abs().max() <= 3 * 0.5 / math.sqrt(126)
 
 
 def test_non_finite_values_in_a_sampled_tensor_are_found_and_do_not_blind_it() -> None:
@@ -118,14 +125,17 @@ def test_exact_describe_large_without_a_sampler_is_the_reference() -> None:
 
 
 def test_the_sample_visits_every_channel_in_proportion_and_never_repeats() -> None:
-    n = 16 * 64 * 24 * 24
+    """In one NCHW tensor (each channel a contiguous block) every channel gets its share of the sample, +-1."""
+    shape = (1, 64, 96, 96)
+    n = math.prod(shape)
     sampler = stats.Sampler(seed=0)
     for _ in range(3):
         index = sampler.index(n, torch.device("cpu"))
-        assert index.unique().numel() == index.numel() >= 0.9 * stats.SAMPLE_SIZE
+        assert index.unique().numel() == index.numel()
+        assert 0.9 * stats.SAMPLE_SIZE <= index.numel() <= 1.1 * stats.SAMPLE_SIZE
         assert int(index.min()) >= 0 and int(index.max()) < n
-        channels = torch.bincount((index // (24 * 24)) % 64, minlength=64)
-        assert int(channels.max() - channels.min()) <= 2  # the two partial windows at the ends
+        channels = torch.bincount(index // (96 * 96), minlength=64)
+        assert int(channels.max() - channels.min()) <= 2  # +-1 around the share, the random start included
 
 
 def test_sampling_leaves_the_users_random_stream_alone() -> None:

@@ -104,7 +104,7 @@ def train(
 def test_large_outputs_match_the_oracle_also_when_an_in_place_op_follows() -> None:
     torch.manual_seed(0)
     model, paths = large_model(), ["0", "1", "2", "4"]
-    w = watch(model, select=paths)
+    w = watch(model, select=paths, exact=True)  # every value of the large outputs described
     inputs = [torch.randn(64, 16) for _ in range(2)]
     forward, backward, seen = train(model, w, inputs, paths)
     results = w.results()
@@ -149,19 +149,20 @@ def test_very_large_outputs_are_sampled_and_marked_or_exact_on_request(exact: bo
     if exact:
         assert (active - truth).abs().max() <= 1e-12
     else:  # about 23 sampled values per unit in one step: each unit's estimate is rough, dead units are exact
-        assert (active - truth).abs().mean() <= 0.1
+        assert (active - truth).abs().mean() <= 0.2  # about 8 sampled values per unit in one step
         assert bool((active[truth == 0] == 0).all())
 
 
 def test_sampled_unit_activity_converges_over_steps() -> None:
-    """Each step samples other positions: over 30 steps every unit's estimate is within 0.1 of the truth."""
+    """Each step samples other positions: over 80 steps (about 640 sampled values per unit) every unit's estimate
+    is within 0.1 of the truth."""
     torch.manual_seed(8)
     model = nn.Sequential(nn.Linear(16, 1024), nn.ReLU())
     with torch.no_grad():
         model[0].bias[:100] = -100.0  # a hundred dead units
     capture, w = Capture(["1"]), Watch(select=["1"])
     with LoopDriver([capture, w], model):
-        for _ in range(30):
+        for _ in range(80):
             model(torch.randn(256, 16))
     truth = torch.cat([b[0][0] for b in capture.batches]).gt(0).double().mean(0)
     active = w.results().unit_activity["1"]
@@ -231,7 +232,7 @@ class Twice(nn.Module):
 def test_a_module_called_with_small_and_large_inputs_merges_both() -> None:
     torch.manual_seed(3)
     model = Twice()
-    capture, w = Capture(["shared"]), Watch(select=["shared"])
+    capture, w = Capture(["shared"]), Watch(select=["shared"], exact=True)
     with LoopDriver([capture, w], model):
         model(torch.randn(64, 8))  # 2 x 1024 values, then 64 x 1024
     x = torch.cat([t.reshape(-1) for t in capture.batches[0][0]])
@@ -257,17 +258,17 @@ class SpikeGrad(nn.Module):
         return Spike.apply(x)
 
 
-@pytest.mark.parametrize("rows", [2, 64, 256])
-def test_non_finite_gradients_are_counted_and_left_out_of_the_norm(rows: int) -> None:
+@pytest.mark.parametrize(("rows", "exact"), [(2, False), (64, True), (64, False), (256, False)])
+def test_non_finite_gradients_are_counted_and_left_out_of_the_norm(rows: int, exact: bool) -> None:
     """Small (batched), large (described at once) and very large (sampled) gradients with three inf values."""
     model = nn.Sequential(nn.Linear(8, 1024), SpikeGrad(), nn.Linear(1024, 1))
     backward = GradCapture(["0"])
-    w = Watch(select=["0"])
+    w = Watch(select=["0"], exact=exact)
     with LoopDriver([backward, w], model):
         model(torch.randn(rows, 8)).sum().backward()
     grads = w.results().output_grads["0"]
     wanted = expected(values_of(*backward.batches[0][0]))
-    if rows * 1024 <= 1 << 17:  # described exactly
+    if exact or rows * 1024 < 1 << 15:  # described exactly: small, or exact=True
         assert float(grads["nonfinite"][0]) == 3
         assert float(grads["norm"][0]) == pytest.approx(wanted.norm, rel=1e-6)
     else:  # from a sample: the count is estimated (at least 1), the norm is that of the finite values
@@ -295,7 +296,7 @@ def test_small_tensors_of_many_steps_written_together_match_the_oracle_step_by_s
     read in the middle, a batch size that changes (new layouts) and one step with a large output."""
     torch.manual_seed(5)
     model, paths = nn.Sequential(nn.Linear(6, 12), nn.Tanh(), nn.Linear(12, 3)), ["0", "1", "2"]
-    w = watch(model, select=paths, buffer_steps=buffer_steps)
+    w = watch(model, select=paths, buffer_steps=buffer_steps, exact=True)
     sizes = [4 + k % 3 for k in range(70)]
     sizes[40] = 3000  # 36000 values out of "0" and "1": the large path, in the middle of a pending batch
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
@@ -348,7 +349,7 @@ def test_a_gradient_that_arrives_after_its_step_was_written_is_added_to_its_row_
 def test_large_four_dimensional_outputs_have_per_channel_unit_activity() -> None:
     torch.manual_seed(5)
     model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU())
-    capture, w = Capture(["0", "1"]), watch(model, select=["0", "1"])
+    capture, w = Capture(["0", "1"]), watch(model, select=["0", "1"], exact=True)
     with LoopDriver([capture, w], model):
         model(torch.randn(8, 3, 16, 16))  # 8 x 16 x 16 x 16 = 32768 values
     x = capture.batches[0][1][0]

@@ -13,12 +13,13 @@ callbacks (`ActivationStats`), `watch()`, the weight tools and the distributed m
   re-bin exactly; fixed ranges count what falls outside).
 - `_norms.py`: norms of gradients, updates and weights, and the update-to-weight ratio.
 - `_units.py`: unit activity.
-- `_table.py`: tables of records filled by observations (small tensors batched, large ones described at once):
-  the machinery `ActivationStats` and `watch()` share.
+- `_pending.py`, `_record_table.py`, `_norm_table.py`: tables of records filled by observations (small tensors
+  copied and batched, large ones read at once as their sums and a sample): the machinery `ActivationStats` and
+  `watch()` share.
 """
 
 from ._batched import Segments, describe_segments, norm_segments
-from ._describe import Described, describe, describe_large
+from ._describe import RAW, Described, Sample, describe, describe_large, estimate, take_sample
 from ._histogram import (
     EXPONENT_NONE,
     OVERFLOW,
@@ -33,20 +34,22 @@ from ._histogram import (
     rebin,
     segment_counts,
 )
-from ._norms import NORM, combine_norm_segments, combine_norms, norm_of, ratio_of_norms, real_view
+from ._norm_table import NormTable
+from ._norms import NORM, combine_norm_segments, combine_norms, estimate_norms, norm_of, ratio_of_norms, real_view
+from ._pending import SMALL_BELOW
 from ._record import RECORD, STATISTICS, Column, combine, combine_segments, empty, finalize, from_statistics
-from ._sample import SAMPLE_ABOVE, SAMPLE_SIZE, Sampler
+from ._record_table import RecordTable
+from ._sample import SAMPLE_SIZE, Sampler
 from ._spec import NEAR_ZERO, Spec, accumulate_dtype, wide_dtype
-from ._table import SMALL_BELOW, NormTable, RecordTable
-from ._units import active, unit_counts, unit_dims
+from ._units import UnitCounts, active, unit_counts, unit_dims
 
 __all__ = [
     "EXPONENT_NONE",
     "NEAR_ZERO",
     "NORM",
     "OVERFLOW",
+    "RAW",
     "RECORD",
-    "SAMPLE_ABOVE",
     "SAMPLE_SIZE",
     "SMALL_BELOW",
     "STATISTICS",
@@ -55,9 +58,11 @@ __all__ = [
     "Described",
     "NormTable",
     "RecordTable",
+    "Sample",
     "Sampler",
     "Segments",
     "Spec",
+    "UnitCounts",
     "accumulate_dtype",
     "active",
     "auto_edges",
@@ -72,6 +77,8 @@ __all__ = [
     "describe_large",
     "describe_segments",
     "empty",
+    "estimate",
+    "estimate_norms",
     "exponent_of",
     "exponent_of_edges",
     "finalize",
@@ -83,6 +90,7 @@ __all__ = [
     "real_view",
     "rebin",
     "segment_counts",
+    "take_sample",
     "unit_counts",
     "unit_dims",
     "wide_dtype",

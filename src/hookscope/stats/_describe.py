@@ -1,11 +1,13 @@
-"""Describe one tensor: its moments record, exactly, or from a fixed-size sample above `SAMPLE_ABOVE` values.
+"""Describe one tensor: its moments record, exactly, or from its exact sums and a sample.
 
 `describe(x, spec)` is the definition every other path is tested against: every value in float64 (float64
 inputs are first scaled by a power of two, so that no square overflows), non-finite values counted apart. It
-reads the tensor about eight times, which is what a large activation cannot afford every step: `describe_large`
-with a `Sampler` reads it twice (sum, min/max) and estimates the rest from at most `SAMPLE_SIZE` values taken at a prime
-stride (see `_sample.py`). Both return a `Described`: the record and the values the histogram and the unit
-activity are counted from (all values, or the sample with the weight each sampled value stands for).
+reads the tensor about eight times, which a large activation cannot afford every step. `take_sample` reads it
+four times instead: its sum, sum of squares and min/max, exactly, and a sample of about `SAMPLE_SIZE` values
+(`_sample.py`); `estimate` turns those, with the sample's own record, into the tensor's record, for many tensors
+at once (the tables describe every sample waiting in one batched pass). `describe_large` is the two together for
+one tensor. Both return a `Described`: the record and the values the histogram and the unit activity are counted
+from (all values, or the sample with the weight each sampled value stands for).
 """
 
 from __future__ import annotations
@@ -15,11 +17,15 @@ from dataclasses import dataclass
 
 import torch
 
+from ._batched import Segments, describe_segments
 from ._record import RECORD, Column, empty
-from ._sample import SAMPLE_ABOVE, Sampler
+from ._sample import Sampler
 from ._spec import Spec, wide_dtype
 
-__all__ = ["Described", "describe", "describe_large"]
+__all__ = ["Described", "Sample", "describe", "describe_large", "estimate", "take_sample"]
+
+RAW = ("sum", "squares", "min", "max")
+"""What `take_sample` reads exactly from every value (float32 accumulation)."""
 
 
 @dataclass
@@ -77,59 +83,93 @@ def describe(x: torch.Tensor, spec: Spec) -> Described:
     return Described(record, values, finite, torch.ones((), dtype=values.dtype, device=x.device))
 
 
-def describe_large(x: torch.Tensor, spec: Spec, sampler: Sampler | None) -> Described:
-    """Describe `x`: exactly (`describe`) without a `sampler`, for float64 tensors and for tensors of at most
-    `SAMPLE_ABOVE` values; otherwise from a sample, in two passes over `x` and a fixed cost.
+@dataclass
+class Sample:
+    """What `take_sample` keeps of a large tensor.
 
-    Four passes over `x` (sum, sum of squares, min/max, the sample). Exact in the sampled description: the count,
-    the mean and the deviation (unless `x` holds non-finite values, its float32 sums overflow, or |mean| > 4 std,
-    where rounding would cancel: the deviation is then the sample's around the exact mean), the min and max
-    (unless one of them is ±inf or NaN) and whether any value is non-finite. Estimated from the sample: the
-    near-zero and saturated counts, the number of non-finite values (at least 1 when there is one), and whatever
-    falls back to the sample above.
+    Attributes:
+        raw: (len(RAW),) float32: the exact sum, sum of squares, min and max of every value.
+        values: The sampled values, float32 (flat).
+        index: Their flat (row-major) positions in the tensor.
+        numel: The number of values of the tensor.
     """
-    _check_real(x)
-    n = x.numel()
-    if sampler is None or n <= SAMPLE_ABOVE or x.dtype == torch.float64 or not x.is_floating_point():
-        return describe(x, spec)
+
+    raw: torch.Tensor
+    values: torch.Tensor
+    index: torch.Tensor
+    numel: int
+
+
+def take_sample(x: torch.Tensor, sampler: Sampler, *, with_sum: bool = True) -> Sample:
+    """Read `x` (a 16/32-bit float tensor of at least 11 values) four times: its sum (unless not `with_sum`: the
+    norms need none), sum of squares and min/max in float32 accumulation, and a sample. A few calls, no sync."""
     x = x.detach()
-    total = x.sum(dtype=torch.float32)
-    squares = torch.linalg.vector_norm(x, dtype=torch.float32).double().square()
+    flat = x.reshape(-1) if x.is_contiguous() else None
+    total = x.sum(dtype=torch.float32) if with_sum else torch.zeros((), device=x.device)
+    if flat is not None and x.dtype == torch.float32:
+        squares = torch.dot(flat, flat)  # BLAS: the fastest pass
+    else:
+        squares = torch.linalg.vector_norm(x, dtype=torch.float32).square()
     smallest, largest = torch.aminmax(x)
-    index = sampler.index(n, x.device)
-    values = torch.take(x, index).double()
-    finite = torch.isfinite(values).double()
-    clean = torch.where(finite > 0, values, 0.0)
-    kept = finite.sum().clamp(min=1)
+    index = sampler.index(x.numel(), x.device)
+    values = torch.take(x, index)
+    raw = torch.stack((total, squares, smallest.float(), largest.float()))
+    return Sample(raw, values if values.dtype == torch.float32 else values.float(), index, x.numel())
+
+
+def estimate(raw: torch.Tensor, numel: torch.Tensor, sampled: torch.Tensor) -> torch.Tensor:
+    """The records (G, len(RECORD)) of G tensors from their exact `raw` readings (G, len(RAW)), their numbers of
+    values (G,) and their samples' records (G, len(RECORD)).
+
+    Exact: the count, whether a value is non-finite, the mean and the deviation from the sums unless a value is
+    non-finite or a float32 sum overflows (and the deviation while |mean| <= 4 deviations: beyond, the rounding of
+    the sum of squares would cancel, and the sample's spread around the exact mean is used), the min and max
+    unless one is ±inf or NaN. Estimated from the sample: the near-zero and saturated counts, the non-finite count
+    (at least 1 when there is one) and whatever falls back to it.
+    """
+    raw, n = raw.double(), numel.double()
+    total, squares, smallest, largest = raw.unbind(-1)
+    kept = sampled[..., Column.COUNT]
+    seen = (kept + sampled[..., Column.NONFINITE]).clamp(min=1)
     present = ~(torch.isfinite(smallest) & torch.isfinite(largest))
-    missing = ((1.0 - finite.mean()) * n).clamp(min=1.0)
-    nonfinite = torch.where(present, missing, 0.0)
+    nonfinite = torch.where(present, (sampled[..., Column.NONFINITE] * n / seen).clamp(min=1.0), 0.0)
     count = n - nonfinite
     exact = torch.isfinite(total) & torch.isfinite(squares) & ~present
-    mean = torch.where(exact, total.double() / n, clean.sum() / kept)
-    # The variance from the exact sums is exact up to float32 rounding of the sum of squares (relative 1e-4 at
-    # worst), which cancellation amplifies by 1 + mean**2 / variance: used while |mean| <= 4 std, else the sample's.
+    sample_mean = sampled[..., Column.MEAN]
+    mean = torch.where(exact, total / n, sample_mean)
     one_pass = (squares / n - mean.square()).clamp(min=0)
-    sampled = ((clean - mean) * finite).square().sum().div(kept)
-    deviation = torch.where(exact & (mean.square() <= 16 * one_pass), one_pass, sampled).sqrt()
-    inf = math.inf
+    around = sampled[..., Column.DEVIATION].square() + (sample_mean - mean).square()  # the sample's, about `mean`
+    deviation = torch.where(exact & (mean.square() <= 16 * one_pass), one_pass, around).sqrt()
+    weight = count / kept.clamp(min=1)
     columns = {
         Column.COUNT: count,
         Column.MEAN: mean,
         Column.DEVIATION: deviation,
-        Column.MIN: torch.where(
-            torch.isfinite(smallest), smallest.double(), torch.where(finite > 0, values, inf).amin()
-        ),
-        Column.MAX: torch.where(
-            torch.isfinite(largest), largest.double(), torch.where(finite > 0, values, -inf).amax()
-        ),
+        Column.MIN: torch.where(torch.isfinite(smallest), smallest, sampled[..., Column.MIN]),
+        Column.MAX: torch.where(torch.isfinite(largest), largest, sampled[..., Column.MAX]),
         Column.NONFINITE: nonfinite,
-        Column.NEAR_ZERO: (spec.near(clean) * finite).sum() * (count / kept),
-        Column.SATURATED: (spec.saturated(clean) * finite).sum() * (count / kept),
-        Column.SAMPLED: torch.full_like(count, float(n)),
+        Column.NEAR_ZERO: sampled[..., Column.NEAR_ZERO] * weight,
+        Column.SATURATED: sampled[..., Column.SATURATED] * weight,
+        Column.SAMPLED: n,
     }
-    record = torch.stack([columns[k] for k in range(len(RECORD))])
-    return Described(record, values, finite, count / kept, index)
+    return torch.stack([columns[k] for k in range(len(RECORD))], dim=-1)
+
+
+def describe_large(x: torch.Tensor, spec: Spec, sampler: Sampler | None) -> Described:
+    """Describe `x`: exactly (`describe`) without a `sampler`, for float64 and integer tensors and for tensors
+    of fewer than `sampler.size` values; otherwise from its exact sums and a sample (`take_sample`, `estimate`).
+    """
+    _check_real(x)
+    if sampler is None or x.numel() < max(sampler.size, 11) or x.dtype == torch.float64 or not x.is_floating_point():
+        return describe(x, spec)
+    sample = take_sample(x, sampler)
+    values = sample.values.double()
+    segments = Segments([values.numel()], [0], x.device, [spec.bounds])
+    sampled = describe_segments(values, segments, spec)
+    record = estimate(sample.raw[None], torch.tensor([float(sample.numel)], device=x.device), sampled)[0]
+    finite = torch.isfinite(values).double()
+    weight = record[Column.COUNT] / sampled[0, Column.COUNT].clamp(min=1)
+    return Described(record, values, finite, weight, sample.index)
 
 
 def _unit(clean: torch.Tensor) -> torch.Tensor:

@@ -13,9 +13,18 @@ import math
 
 import torch
 
-from ._sample import SAMPLE_ABOVE, Sampler
+from ._describe import take_sample
+from ._sample import Sampler
 
-__all__ = ["NORM", "combine_norm_segments", "combine_norms", "norm_of", "ratio_of_norms", "real_view"]
+__all__ = [
+    "NORM",
+    "combine_norm_segments",
+    "combine_norms",
+    "estimate_norms",
+    "norm_of",
+    "ratio_of_norms",
+    "real_view",
+]
 
 NORM = ("norm", "nonfinite", "count", "sampled")
 """The columns of a norm record."""
@@ -29,29 +38,34 @@ def real_view(x: torch.Tensor) -> torch.Tensor:
 def norm_of(x: torch.Tensor, sampler: Sampler | None = None) -> torch.Tensor:
     """Return the (len(NORM),) float64 norm record of `x`, on its device, without a host sync.
 
-    Exact without a `sampler` or up to `SAMPLE_ABOVE` values: float64, scaled by a power of two so that no square
-    overflows. With a `sampler`, two passes (a float32 dot product and min/max): the norm is exact unless a value
-    is not finite or the float32 sum of squares overflows; it is then estimated from a sample of the finite
-    values (and the count of non-finite values is estimated, at least 1).
+    Exact without a `sampler`, for float64 tensors and below `sampler.size` values: float64, scaled by a power of
+    two so that no square overflows. With a `sampler`, two passes (a float32 sum of squares and min/max) and a
+    sample (`estimate_norms`): the norm is exact unless a value is not finite or the float32 sum of squares
+    overflows; it is then estimated from the sample's finite values.
     """
     x = real_view(x.detach())
     n = x.numel()
     if n == 0:
         return torch.zeros(len(NORM), dtype=torch.float64, device=x.device)
-    if sampler is None or n <= SAMPLE_ABOVE or x.dtype == torch.float64:
+    if sampler is None or n < max(sampler.size, 11) or x.dtype == torch.float64 or not x.is_floating_point():
         return _exact_norm(x.reshape(-1))
-    flat = x.reshape(-1) if x.is_contiguous() else None
-    squares = torch.dot(flat, flat) if flat is not None and x.dtype == torch.float32 else x.float().square().sum()
-    smallest, largest = torch.aminmax(x)
+    sample = take_sample(x, sampler, with_sum=False)
+    sampled = _exact_norm(sample.values)[None]
+    return estimate_norms(sample.raw[None], torch.tensor([float(n)], device=x.device), sampled)[0]
+
+
+def estimate_norms(raw: torch.Tensor, numel: torch.Tensor, sampled: torch.Tensor) -> torch.Tensor:
+    """The norm records (G, len(NORM)) of G tensors from their exact readings (G, len(RAW)) (`take_sample`),
+    their numbers of values (G,) and their samples' norm records (G, len(NORM))."""
+    raw, n = raw.double(), numel.double()
+    squares, smallest, largest = raw[..., 1], raw[..., 2], raw[..., 3]
     present = ~(torch.isfinite(smallest) & torch.isfinite(largest))
-    index = sampler.index(n, x.device)
-    sample = _exact_norm(torch.take(x, index))
-    kept = (index.numel() - sample[1]).clamp(min=1)
-    estimate = sample[0] * (n / kept).sqrt()
+    seen = sampled[..., 2].clamp(min=1)
+    kept = (sampled[..., 2] - sampled[..., 1]).clamp(min=1)
     exact = torch.isfinite(squares) & ~present
-    nonfinite = torch.where(present, (sample[1] * (n / index.numel())).clamp(min=1.0), 0.0)
-    norm = torch.where(exact, squares.double().sqrt(), estimate)
-    return torch.stack((norm, nonfinite, torch.full_like(norm, n), torch.full_like(norm, n)))
+    norm = torch.where(exact, squares.sqrt(), sampled[..., 0] * (n / kept).sqrt())
+    nonfinite = torch.where(present, (sampled[..., 1] * n / seen).clamp(min=1.0), 0.0)
+    return torch.stack((norm, nonfinite, n, n), dim=-1)
 
 
 def _exact_norm(flat: torch.Tensor) -> torch.Tensor:

@@ -14,7 +14,7 @@ import torch.nn as nn
 
 from ._describe import Described
 
-__all__ = ["active", "unit_counts", "unit_dims"]
+__all__ = ["UnitCounts", "active", "unit_counts", "unit_dims"]
 
 _CHANNEL_FIRST = (nn.modules.conv._ConvNd, nn.modules.batchnorm._NormBase, nn.GroupNorm)
 
@@ -44,3 +44,76 @@ def unit_counts(described: Described, shape: tuple[int, ...], unit: int) -> torc
     ids = torch.div(described.index, inner, rounding_mode="floor").remainder_(units)
     weight = math.prod(shape) / values.numel()
     return torch.bincount(ids, weights=active(values).double() * weight, minlength=units)
+
+
+class UnitCounts:
+    """The active values and the values seen of every unit of every key, in two flat float64 tensors (position 0
+    absorbs values of no unit): a unit's activity is their ratio. A sampled value counts the values it stands for
+    in both, so a unit always active is exactly 1 and a dead one exactly 0, whatever its share of the sample."""
+
+    def __init__(self, keys: int) -> None:
+        self.keys = keys
+        self.active: torch.Tensor | None = None
+        self.seen: torch.Tensor | None = None
+        self.slots: list[tuple[int, int] | None] = [None] * keys  # (start, units)
+        self.mismatch = 0  # observations whose number of units differs from the key's first one
+
+    def slot(self, key: int, units: int, device: torch.device) -> int | None:
+        """The first position of `key`'s counts (allocated once); `None` (counted) if its number of units changed."""
+        slot = self.slots[key]
+        if slot is not None:
+            if slot[1] != units:
+                self.mismatch += 1
+                return None
+            return slot[0]
+        start = 1 + sum(s[1] for s in self.slots if s is not None)
+        self.slots[key] = (start, units)
+        size = start + units
+        if self.active is None or self.seen is None or self.active.numel() < size:
+            grown = torch.zeros(2, max(2 * size, 64), dtype=torch.float64, device=device)
+            if self.active is not None and self.seen is not None:
+                grown[0, : self.active.numel()] = self.active.to(device)
+                grown[1, : self.seen.numel()] = self.seen.to(device)
+            self.active, self.seen = grown[0], grown[1]
+        return start
+
+    def add(self, positions: torch.Tensor, active: torch.Tensor, seen: torch.Tensor | float) -> None:
+        """Add `active` (and `seen`) values at `positions` of the flat counts."""
+        if self.active is not None and self.seen is not None:
+            self.active.index_add_(0, positions, active)
+            if isinstance(seen, torch.Tensor):
+                self.seen.index_add_(0, positions, seen)
+            else:
+                self.seen.index_add_(0, positions, torch.full_like(active, seen))
+
+    def fractions(self) -> list[torch.Tensor | None]:
+        """Per key, the fraction of its observed values that were active, per unit (`None` before any)."""
+        out: list[torch.Tensor | None] = []
+        for slot in self.slots:
+            if slot is None or self.active is None or self.seen is None:
+                out.append(None)
+            else:
+                start, units = slot
+                seen = self.seen[start : start + units]
+                out.append(self.active[start : start + units] / seen.clamp(min=1e-300))
+        return out
+
+    def state(self) -> list[torch.Tensor | None]:
+        """Per key, its (2, units) active and seen values per unit on the CPU (`None` before any)."""
+        out: list[torch.Tensor | None] = []
+        for slot in self.slots:
+            if slot is None or self.active is None or self.seen is None:
+                out.append(None)
+            else:
+                start, units = slot
+                out.append(torch.stack((self.active[start : start + units], self.seen[start : start + units])).cpu())
+        return out
+
+    def load(self, counts: list[torch.Tensor | None], device: torch.device) -> None:
+        """Replace everything by what `state` returned."""
+        self.active, self.seen, self.slots = None, None, [None] * self.keys
+        for key, found in enumerate(counts):
+            start = None if found is None else self.slot(key, found.shape[-1], device)
+            if found is not None and start is not None and self.active is not None and self.seen is not None:
+                self.active[start : start + found.shape[-1]] = found[0].to(self.active)
+                self.seen[start : start + found.shape[-1]] = found[1].to(self.seen)

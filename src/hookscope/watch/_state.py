@@ -44,7 +44,8 @@ def watch_state(watch: Watch) -> dict[str, Any]:
 def _recorder_state(recorder: Recorder) -> dict[str, Any]:
     state: dict[str, Any] = {name: _copy(getattr(recorder, name)) for name in _RECORDER}
     state.update(paths=list(recorder.paths), param_names=list(recorder.param_names))
-    state["units"], state["unit_values"] = recorder.buffers.acts.unit_state()
+    recorder.buffers.acts.flush()
+    state["units"] = recorder.buffers.acts.units.state()
     state["first"] = None if recorder.first is None else recorder.first.cpu().clone()
     return state
 
@@ -95,7 +96,7 @@ def apply_recorder_state(watch: Watch) -> None:
         [j in recorder.backward_order for j in range(len(recorder.paths))],
     )
     device = recorder.buffers.device or _device_of(recorder)
-    recorder.buffers.acts.load_unit_state(state["units"], state["unit_values"], device)
+    recorder.buffers.acts.units.load(state["units"], device)
     if state["first"] is not None:
         recorder.first = state["first"].to(device)
         recorder.flags = torch.ones_like(recorder.first, dtype=torch.bool)

@@ -320,6 +320,8 @@ class Watch(Callback):
         flagged = {} if recorder.first is None else first_from_flags(recorder.first, recorder.paths, orders)
         results.first_nonfinite = merge_first(self._first, flagged)
         results.dropped = {**recorder.dropped, **({"capacity": self._store.dropped} if self._store.dropped else {})}
+        if recorder.buffers.acts.units.mismatch:  # outputs whose number of units changed: not counted per unit
+            results.dropped["unit_shape"] = recorder.buffers.acts.units.mismatch
         results.meta = {**self._meta, "recorded_steps": self._recorded, "stride": self._store.stride}
         results.skipped_steps = list(self._skipped)
         return results
