@@ -178,7 +178,10 @@ def test_a_single_monitor_saves_and_loads(tmp_path: Path) -> None:
     restored = OutputMonitor(StatsReducer())
     restored.load(path)
     assert restored.counts == monitor.counts and int(restored.peek().count) == 6
-    with pytest.raises(ValueError, match="state must come from a InputMonitor, got one from 'OutputMonitor'"):
+    with pytest.raises(
+        ValueError,
+        match="monitor.safetensors': field state.type must come from a InputMonitor, got one from 'OutputMonitor'",
+    ):
         from hookscope.monitors import InputMonitor
 
         InputMonitor(StatsReducer()).load(path)

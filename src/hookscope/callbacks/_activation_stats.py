@@ -10,11 +10,29 @@ import torch
 import torch.nn as nn
 
 from .._errors import HookscopeWarning
+from .._schema import FLOAT, INT, Int, ListOf, Optional, Record, Rule, Str, Tensor, check
 from ..hooks import Selector, tensor_leaves
 from ._hook_callback import HookCallback, HookFunction
 from ._moments import BATCH_BELOW, RecordLayout, RecordWriter
 
-__all__ = ["ActivationStats", "RecordsDroppedWarning"]
+__all__ = ["STATE", "ActivationStats", "RecordsDroppedWarning"]
+
+STATE = Record(
+    paths=ListOf(Str(), length="modules"),
+    dropped=Int(min=0),
+    tensors=Record(
+        counts=Tensor(INT, shape=("records", "modules")),
+        optional={
+            "moments": Tensor(FLOAT, shape=("records", "modules", 3)),  # mean, population variance, count <= nz
+            "hists": Tensor(FLOAT, shape=("records", "modules", "bins")),
+        },
+        rules=[
+            Rule("moments", lambda t: t["counts"].shape[0] == 0 or "moments" in t, "is missing (counts has records)")
+        ],
+    ),
+    scales=ListOf(Optional(Tensor(FLOAT, shape=(2,))), length="modules"),  # histogram (scale, shift) per module
+)
+"""The format of `ActivationStats.state_dict()`; `bins` is the callback's `hist_bins`."""
 
 
 class RecordsDroppedWarning(HookscopeWarning):
@@ -299,12 +317,15 @@ class ActivationStats(RecordWriter, HookCallback):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore records saved by `state_dict` (the modules are resolved again at fit start).
 
+        The state is checked in full first: a refused state leaves the records as they were.
+
         Raises:
-            ValueError: the state was saved for other modules.
+            ValueError: the state does not fit the format (the field is named), or was saved for other modules.
         """
+        check(STATE, state, bind={"bins": self.hist_bins})
         if self.paths and list(state["paths"]) != self.paths:
             raise ValueError(f"state must be for modules {self.paths}, got {state['paths']}")
-        self.paths, self.dropped = list(state["paths"]), int(state["dropped"])
+        self.paths, self.dropped = list(state["paths"]), state["dropped"]
         tensors = state["tensors"]
         self._counts = tensors["counts"].tolist()
         self._records = len(self._counts)

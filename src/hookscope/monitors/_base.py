@@ -20,6 +20,8 @@ import torch
 import torch.nn as nn
 
 from .._errors import closest_names
+from .._schema import Const, Int, Part, Record, SchemaError, check, found
+from ..checkpoint import from_file
 from ..hooks import HookHandle, check_hookable, register_module_hook, tensor_leaves
 from ..reducers import Reducer
 from ..reducers._state import load_state, save_state
@@ -28,6 +30,7 @@ __all__ = ["COUNTERS", "TAG", "Monitor", "MonitorConstructor"]
 
 TAG = "hookscope.monitor"
 COUNTERS = ("recorded", "filtered", "gated", "incomplete")
+_TRANSIENT = ("_lock", "_module", "_handles", "_pending", "_parameter")  # per process and per attachment
 MonitorT = TypeVar("MonitorT", bound="Monitor")
 MonitorConstructor = Callable[[str, nn.Module], "Monitor"]
 
@@ -221,19 +224,42 @@ class Monitor:
         return {"type": type(self).__name__, "counts": counts, "reducer": self.reducer.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what `state_dict()` returned, so that recording continues where it stopped.
+        """Restore what `state_dict()` returned, so that recording continues where it stopped; all or nothing.
 
         Raises:
-            ValueError: `state` comes from another monitor type, or from another reducer type or config.
+            ValueError: `state` comes from another monitor type, or from another reducer type or config, or does
+                not fit the format (the field is named); the monitor is left as it was.
         """
-        if state.get("type") != type(self).__name__:
-            raise ValueError(
-                f"state must come from a {type(self).__name__}, got one from {state.get('type')!r}; build the same "
-                "monitor type before loading"
-            )
+        self.check_state(state)
         self.reducer.load_state_dict(state["reducer"])
         with self._lock:
-            self._counts = {name: int(state["counts"].get(name, 0)) for name in COUNTERS}
+            self._counts = {name: state["counts"][name] for name in COUNTERS}
+
+    def state_schema(self) -> Record:
+        """The format of `state_dict()`; the reducer's part is checked by the reducer (`Reducer.check_state`)."""
+        return Record(
+            type=Const(type(self).__name__, "the monitor type that loads it"),
+            counts=Record({name: Int(min=0) for name in COUNTERS}),
+            reducer=Part("the reducer"),
+        )
+
+    def check_state(self, state: Any, at: str = "state") -> None:
+        """Check `state` in full (the reducer's part included) against this monitor's format; change nothing.
+
+        Raises:
+            SchemaError: the first field that does not fit (a `ValueError`).
+        """
+        if not isinstance(state, dict):
+            raise SchemaError("state", at, f"must be a {type(self).__name__}.state_dict(), got {found(state)}")
+        if state.get("type") != type(self).__name__:
+            raise SchemaError(
+                "state",
+                f"{at}.type",
+                f"must come from a {type(self).__name__}, got one from {state.get('type')!r}; build the same "
+                "monitor type before loading",
+            )
+        check(self.state_schema(), state, at=at)
+        self.reducer.check_state(state["reducer"], at=f"{at}.reducer")
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the state atomically to `path` (safetensors + JSON) and return the path."""
@@ -241,7 +267,23 @@ class Monitor:
 
     def load(self, path: str | os.PathLike[str]) -> None:
         """Restore the state `save(path)` wrote (never unpickles)."""
-        self.load_state_dict(load_state(path, kind="monitor"))
+        state = load_state(path, kind="monitor")
+        with from_file(path):
+            self.load_state_dict(state)
+
+    # ----------------------------------------------------------------- copies
+    def __getstate__(self) -> dict[str, Any]:
+        """A deep copy or a pickle is an unattached monitor with the same state (hooks stay with the original)."""
+        with self._lock:
+            state = {name: value for name, value in self.__dict__.items() if name not in _TRANSIENT}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self._module, self._handles = None, []
+        self._detached_copy()
+        self._clear_pending()
 
     # ----------------------------------------------------------------- for subclasses
     def _attach(self, module: nn.Module) -> list[HookHandle]:
@@ -252,6 +294,9 @@ class Monitor:
 
     def _clear_pending(self) -> None:
         """Forget per-call state (values waiting for their forward to end)."""
+
+    def _detached_copy(self) -> None:
+        """Drop what ties a copy to the original's module (called on a deep copy or an unpickled monitor)."""
 
     def _default_filter(self, *observation: Any) -> bool:
         return any(True for _ in tensor_leaves(observation))

@@ -98,6 +98,9 @@ class ParameterGradMonitor(Monitor):
         self._parameter: weakref.ref[torch.Tensor] | None = None
         super().__init__(reducer, module, train_update, eval_update, prepend, filter_, map_)
 
+    def _detached_copy(self) -> None:
+        self._parameter = None
+
     def _check_target(self, module: nn.Module) -> None:
         check_attribute(module, self.attr)
         parameter = resolve(module, self.attr)

@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from .._schema import FLOAT, Int, Optional, Record, Rule, Tensor
 from ._base import Reducer, accumulate_dtype, move, single
 
 __all__ = ["CAReducer", "EMAReducer"]
@@ -15,6 +16,14 @@ _SHAPE_POLICIES = ("drop", "restart")
 
 class _RunningReducer(Reducer):
     """An element-wise running value, accumulated in float32 or wider, with a policy for shape changes."""
+
+    STATE = Record(
+        value=Optional(Tensor(FLOAT)),
+        count=Int(min=0),
+        rules=[
+            Rule("value", lambda s: (s["value"] is None) == (s["count"] == 0), "must be None exactly when count is 0")
+        ],
+    )
 
     def __init__(self, on_shape_change: str = "drop") -> None:
         if on_shape_change not in _SHAPE_POLICIES:
@@ -65,7 +74,7 @@ class _RunningReducer(Reducer):
     def _load(self, state: dict[str, Any]) -> None:
         value = state["value"]
         self._value = None if value is None else value.clone()
-        self._count = int(state["count"])
+        self._count = state["count"]
 
 
 class EMAReducer(_RunningReducer):

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from .._schema import FLOAT, INT, Record, Tensor
 from ._base import Reducer, accumulate_dtype, move, wide_dtype
 
 __all__ = ["HistogramReducer"]
@@ -37,6 +38,14 @@ class HistogramReducer(Reducer):
         >>> histogram.peek().tolist(), histogram.edges().tolist()
         ([1, 1, 1, 1], [-2.0, -1.0, 0.0, 1.0, 2.0])
     """
+
+    STATE = Record(
+        counts=Tensor(INT, shape=("bins",)),
+        radius=Tensor(FLOAT, shape=()),
+        underflow=Tensor(INT, shape=()),
+        overflow=Tensor(INT, shape=()),
+        nonfinite=Tensor(INT, shape=()),
+    )
 
     def __init__(self, bins: int, range: tuple[float, float] | None = None) -> None:
         if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1 or (range is None and bins % 2):
@@ -160,6 +169,9 @@ class HistogramReducer(Reducer):
 
     def _state(self) -> dict[str, Any]:
         return dict(self._acc)
+
+    def _sizes(self) -> dict[str, int]:
+        return {"bins": self.bins}
 
     def _load(self, state: dict[str, Any]) -> None:
         self._acc = {name: state[name].clone() for name in ("counts", "radius", "underflow", "overflow", "nonfinite")}

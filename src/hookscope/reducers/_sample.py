@@ -2,14 +2,31 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
+from .._schema import FLOAT, INT, Int, Optional, Record, Rule, Str, Tensor
 from ._base import Reducer, move, wide_dtype
 
 __all__ = ["QuantileReducer", "ReservoirReducer"]
+
+
+def _generator_fits(state: Mapping[str, Any]) -> bool:
+    """Whether a saved generator state can be restored (a device type absent here is re-seeded, not refused)."""
+    saved, device = state["generator"], state["generator_device"]
+    if saved is None:
+        return True
+    try:
+        generator = torch.Generator(device=device)
+    except (RuntimeError, TypeError):
+        return True  # no such device here: `_load` leaves the generator to be seeded again
+    try:
+        generator.set_state(saved.clone())
+    except RuntimeError:
+        return False
+    return True
 
 
 class ReservoirReducer(Reducer):
@@ -38,6 +55,17 @@ class ReservoirReducer(Reducer):
         >>> reservoir.peek().shape, reservoir.dropped
         (torch.Size([3]), 97)
     """
+
+    STATE = Record(
+        values=Tensor(FLOAT, shape=("capacity",)),
+        keys=Tensor(FLOAT, shape=("capacity",)),
+        order=Tensor(INT, shape=("capacity",)),
+        nonfinite=Tensor(INT, shape=()),
+        seen=Int(min=0),
+        generator=Optional(Tensor(("uint8",), shape=("*",))),
+        generator_device=Optional(Str()),
+        rules=[Rule("generator", _generator_fits, "must be a torch.Generator state of the generator_device")],
+    )
 
     def __init__(self, capacity: int, seed: int = 0) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
@@ -154,13 +182,17 @@ class ReservoirReducer(Reducer):
             "generator_device": None if generator is None else generator.device.type,
         }
 
+    def _sizes(self) -> dict[str, int]:
+        return {"capacity": self.capacity}
+
     def _load(self, state: dict[str, Any]) -> None:
-        self._acc = {name: state[name].clone() for name in ("values", "keys", "order", "nonfinite")}
-        self._seen = int(state["seen"])
-        self._generator = None
+        generator = None
         if state["generator"] is not None and state["generator_device"] == self._device.type:
-            self._generator = torch.Generator(device=self._device)
-            self._generator.set_state(state["generator"].clone())
+            generator = torch.Generator(device=self._device)
+            generator.set_state(state["generator"].clone())
+        self._acc = {name: state[name].clone() for name in ("values", "keys", "order", "nonfinite")}
+        self._seen = state["seen"]
+        self._generator = generator
 
 
 class QuantileReducer(ReservoirReducer):

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from .._schema import FLOAT, INT, Record, Tensor
 from ._base import Reducer, accumulate_dtype, move, wide_dtype
 
 __all__ = ["Stats", "StatsReducer"]
@@ -61,6 +62,15 @@ class StatsReducer(Reducer):
         >>> summary.count.item(), summary.mean.item(), summary.nonfinite.item()
         (3, 2.0, 1)
     """
+
+    STATE = Record(
+        count=Tensor(INT, shape=()),
+        mean=Tensor(FLOAT, shape=()),
+        m2=Tensor(FLOAT, shape=()),
+        min=Tensor(FLOAT, shape=()),
+        max=Tensor(FLOAT, shape=()),
+        nonfinite=Tensor(INT, shape=()),
+    )
 
     def __init__(self, correction: int = 0) -> None:
         if isinstance(correction, bool) or not isinstance(correction, int) or correction < 0:

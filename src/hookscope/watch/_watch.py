@@ -21,7 +21,7 @@ from ._recorder import Recorder
 from ._results import WatchResults
 from ._scaler import GradScalerSteps, check_scaler
 from ._sinks import Sink
-from ._state import apply_recorder_state, load_watch_state, watch_state
+from ._state import apply_pending_state, check_pending_state, load_watch_state, watch_state
 from ._store import SeriesStore
 
 __all__ = ["ACTIVATION_TYPES", "Watch", "default_selector"]
@@ -95,7 +95,7 @@ class Watch(Callback):
         self._doctor: Any = None
         self._doctor_at = 0
         self._meta: dict[str, Any] = {}
-        self._pending_recorder_state: dict[str, Any] | None = None
+        self._pending_state: dict[str, Any] | None = None  # a loaded state waiting for the modules
 
     # ---- attaching -------------------------------------------------------------------------------------------
     def attach(self, model: nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None) -> LoopDriver:
@@ -161,6 +161,7 @@ class Watch(Callback):
             recorder = Recorder(modules, params, self.options)
         else:
             recorder.rebind(modules, params)
+        check_pending_state(self, recorder)  # before anything changes: a state that does not fit is refused
         self._model_ref = weakref.ref(model)
         self._optimizer_ref = None if optimizer is None else weakref.ref(optimizer)
         self._meta = watch_meta(model, optimizer, self.options, self.select)
@@ -168,7 +169,7 @@ class Watch(Callback):
         if self._scaler is not None:
             self._meta["grad_scaler"] = "unscaled" if self._scaler.readable else "scaled (GradScaler unreadable)"
         self._recorder = recorder
-        apply_recorder_state(self)
+        apply_pending_state(self)
         recorder.register()
         self._attached = True
 
@@ -365,10 +366,14 @@ class Watch(Callback):
         return watch_state(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore counters and kept steps from `state_dict` (call before training resumes).
+        """Restore counters and kept steps from `state_dict` (call before training resumes); all or nothing.
+
+        The state is checked in full first, and against the watched modules (now, or at the next attach when
+        the watch has none yet).
 
         Raises:
-            ValueError: `state` is not a watch state dict of this version.
+            ValueError: `state` is not a watch state dict of this version, does not fit the format (the field is
+                named) or was saved for other modules or widths; the watch is left as it was.
         """
         load_watch_state(self, state)
 
