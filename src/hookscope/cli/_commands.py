@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 import time
@@ -45,18 +46,50 @@ def run_summary_command(args: argparse.Namespace) -> int:
 
 
 def run_report_command(args: argparse.Namespace) -> int:
-    """`hookscope report DIR`: draw the page again from the saved data."""
-    from ..report import render_report
+    """`hookscope report DIR`: draw the page again from the saved data.
+
+    DIR is a report folder, or the folder `hookscope run` wrote for several models (one report folder each and
+    an index page): every page and the index are drawn again.
+    """
+    from ..report import render_report, write_index
 
     folder = Path(args.dir)
     if not folder.is_dir():
         raise UsageError(f"DIR must be a report folder, got {args.dir!r} (no such folder)")
+    models = _model_folders(folder)
     try:
-        page = render_report(folder)
+        if models:
+            pages = [(name, render_report(sub).relative_to(folder)) for name, sub, _ in models]
+            page = write_index(folder, pages, models[0][2])
+        else:
+            page = render_report(folder)
     except FileNotFoundError as err:
         raise UsageError(str(err)) from err
     print(f"report written to {page}")
     return 0
+
+
+def _model_folders(folder: Path) -> list[tuple[str, Path, dict[str, Any]]]:
+    """The per-model report folders of a `hookscope run` folder, in their order, with each model's name and
+    metadata (empty when `folder` is itself a report folder)."""
+    from ..report import DOCUMENT_FILE, RESULTS_FILE
+
+    if (folder / RESULTS_FILE).is_file():
+        return []
+    found = []
+    for sub in sorted((p.parent for p in folder.glob(f"*/{RESULTS_FILE}")), key=_folder_order):
+        try:
+            meta = json.loads((sub / DOCUMENT_FILE).read_text(encoding="utf-8")).get("meta") or {}
+        except (OSError, ValueError, AttributeError):
+            meta = {}
+        meta = meta if isinstance(meta, dict) else {}
+        found.append((str(meta.get("model") or sub.name), sub, meta))
+    return found
+
+
+def _folder_order(sub: Path) -> tuple[int, str]:
+    number, _, rest = sub.name.partition("-")
+    return (int(number), rest) if number.isdigit() else (1 << 30, sub.name)
 
 
 def run_run_command(args: argparse.Namespace) -> int:
