@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from ._check import checked
 from ._io import load_bundle, save_bundle
 from ._schema import SchemaError, found
 
@@ -26,6 +27,7 @@ __all__ = ["from_file", "load_state", "save_state"]
 _KIND = "state"
 
 
+@checked()
 def save_state(path: str | os.PathLike[str], source: Any, *, kind: str = _KIND) -> Path:
     """Write `source.state_dict()` (or `source` itself, a state dict) atomically to `path`; return the path.
 
@@ -40,6 +42,7 @@ def save_state(path: str | os.PathLike[str], source: Any, *, kind: str = _KIND) 
     return save_bundle(path, tensors, {"state": document}, kind)
 
 
+@checked()
 def load_state(path: str | os.PathLike[str], target: Any = None, *, kind: str = _KIND) -> Any:
     """Read a state written by `save_state` with the same `kind`; with `target`, call `target.load_state_dict`.
 

@@ -202,7 +202,7 @@ def test_strict_loading_lists_missing_and_unexpected_paths() -> None:
 
 
 def test_constructor_must_be_callable_and_return_a_monitor() -> None:
-    with pytest.raises(TypeError, match="constructor must be callable"):
+    with pytest.raises(TypeError, match="constructor must be a callable, got None"):
         MonitorPool(None)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="constructor must return a Monitor, got str for '0'"):
         MonitorPool(lambda attr, module: "monitor", _model())  # type: ignore[arg-type,return-value]

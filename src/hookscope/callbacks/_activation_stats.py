@@ -9,6 +9,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .._check import FINITE, checked
 from .._errors import HookscopeWarning
 from .._schema import FLOAT, INT, Int, ListOf, Optional, Record, Rule, Str, Tensor, check
 from ..hooks import Selector, tensor_leaves
@@ -84,6 +85,7 @@ class ActivationStats(RecordWriter, HookCallback):
         (3, ['mean', 'near_zero', 'std'])
     """
 
+    @checked(near_zero=FINITE)
     def __init__(
         self,
         with_hist: bool = False,

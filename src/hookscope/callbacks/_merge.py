@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from .._check import NON_EMPTY, TIMEOUT, checked
 from ..distributed import (
     DEFAULT_TIMEOUT,
     MergeWarning,
@@ -32,6 +33,7 @@ from ._activation_stats import ActivationStats
 __all__ = ["combine_activation_stats", "merge_activation_stats"]
 
 
+@checked(timeout=TIMEOUT)
 def merge_activation_stats(stats: ActivationStats, *, timeout: datetime.timedelta = DEFAULT_TIMEOUT) -> ActivationStats:
     """Merge every rank's `stats` into a new `ActivationStats` (not attached); a collective: every rank calls it.
 
@@ -53,6 +55,7 @@ def merge_activation_stats(stats: ActivationStats, *, timeout: datetime.timedelt
     return _build(headers, layout, moments, hists)
 
 
+@checked(parts=NON_EMPTY)
 def combine_activation_stats(parts: Sequence[ActivationStats]) -> ActivationStats:
     """Merge the `ActivationStats` of several ranks given together (rank 0 first); no collective.
 

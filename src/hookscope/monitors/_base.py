@@ -14,11 +14,12 @@ import threading
 import weakref
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import torch
 import torch.nn as nn
 
+from .._check import checked
 from .._errors import closest_names
 from .._schema import Const, Int, Part, Record, SchemaError, check, found
 from ..checkpoint import from_file
@@ -93,11 +94,9 @@ class Monitor:
         constructor takes more (`StateMonitor`, `DifferenceMonitor`, `ParameterGradMonitor`) override this.
         """
 
-        def construct(attr: str, module: nn.Module) -> MonitorT:
-            return cls(own_copy(reducer), submodule(module, attr), train_update, eval_update, prepend, filter_, map_)
+        return Construct(cls, reducer, (train_update, eval_update, prepend, filter_, map_), attr_is_argument=False)
 
-        return construct
-
+    @checked()
     def __init__(
         self,
         reducer: Reducer,
@@ -108,11 +107,6 @@ class Monitor:
         filter_: Callable[..., bool] | None = None,
         map_: Callable[..., Any] | None = None,
     ) -> None:
-        if not isinstance(reducer, Reducer):
-            raise TypeError(f"reducer must be a hookscope Reducer, got {type(reducer).__name__}")
-        for name, flag in (("train_update", train_update), ("eval_update", eval_update), ("prepend", prepend)):
-            if not isinstance(flag, bool):
-                raise TypeError(f"{name} must be a bool, got {flag!r}")
         self.reducer = reducer
         self.train_update, self.eval_update, self.prepend = train_update, eval_update, prepend
         self.filter_ = filter_  # None: the class default (kept apart to avoid a monitor -> bound method cycle)
@@ -386,6 +380,25 @@ def submodule(module: nn.Module, attr: str) -> nn.Module:
         close = closest_names(attr, [name for name, _ in module.named_modules() if name])
         hint = f" Closest: {', '.join(repr(c) for c in close)}." if close else ""
         raise ValueError(f"attr must name a submodule of the {type(module).__name__}, got {attr!r}.{hint}") from None
+
+
+class Construct(Generic[MonitorT]):
+    """`(attr, module) -> monitor`, from `partialconstructor`: a class, not a closure, so that pools copy and pickle.
+
+    Each monitor gets its own copy of `reducer`; `attr` is the monitor's own argument (`attr_is_argument`:
+    state, difference and parameter-gradient monitors) or the path of the submodule to watch.
+    """
+
+    def __init__(self, cls: type[MonitorT], reducer: Reducer, rest: tuple[Any, ...], *, attr_is_argument: bool) -> None:
+        self.cls, self.reducer, self.rest, self.attr_is_argument = cls, reducer, rest, attr_is_argument
+
+    def __call__(self, attr: str, module: nn.Module) -> MonitorT:
+        if self.attr_is_argument:
+            return self.cls(own_copy(self.reducer), attr, module, *self.rest)  # type: ignore[arg-type]  # subclasses taking attr
+        return self.cls(own_copy(self.reducer), submodule(module, attr), *self.rest)
+
+    def __repr__(self) -> str:
+        return f"{self.cls.__name__}.partialconstructor({self.reducer!r}, ...)"
 
 
 def own_copy(reducer: Reducer) -> Reducer:

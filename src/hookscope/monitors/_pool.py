@@ -10,10 +10,12 @@ from typing import Any
 
 import torch.nn as nn
 
+from .._check import check_callable, checked
 from .._errors import closest_names
 from .._schema import Const, MapOf, Part, Record, SchemaError, check, found
 from ..checkpoint import from_file
-from ..hooks import Selector, select_modules
+from ..hooks import Selector
+from ..hooks._select import choose_modules
 from ..reducers._state import load_state, save_state
 from ._base import Monitor, MonitorConstructor
 
@@ -54,11 +56,11 @@ class MonitorPool(Mapping[str, Monitor]):
         (['0', '2'], 8)
     """
 
+    @checked()
     def __init__(
         self, constructor: MonitorConstructor, model: nn.Module | None = None, selector: Selector = None, attr: str = ""
     ) -> None:
-        if not callable(constructor):
-            raise TypeError(f"constructor must be callable as (attr, module) -> Monitor, got {constructor!r}")
+        check_callable("constructor", constructor, 2, "constructor(attr, module) -> Monitor")
         self.constructor = constructor
         self.selector = selector
         self.attr = attr
@@ -126,7 +128,7 @@ class MonitorPool(Mapping[str, Monitor]):
     def _build(self, model: nn.Module) -> MonitorPool:
         built: dict[str, Monitor] = {}
         try:
-            for path, module in select_modules(model, self.selector):
+            for path, module in choose_modules(model, self.selector, "selector"):
                 built[path] = monitor = self.constructor(self.attr, module)
                 if not isinstance(monitor, Monitor):
                     raise TypeError(f"constructor must return a Monitor, got {type(monitor).__name__} for {path!r}")

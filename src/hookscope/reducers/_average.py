@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from .._check import checked
 from .._schema import FLOAT, Int, Optional, Record, Rule, Tensor
 from ._base import Reducer, accumulate_dtype, move, single
 
@@ -25,6 +26,7 @@ class _RunningReducer(Reducer):
         ],
     )
 
+    @checked()
     def __init__(self, on_shape_change: str = "drop") -> None:
         if on_shape_change not in _SHAPE_POLICIES:
             raise ValueError(f"on_shape_change must be one of {_SHAPE_POLICIES}, got {on_shape_change!r}")
@@ -100,6 +102,7 @@ class EMAReducer(_RunningReducer):
         3.0
     """
 
+    @checked()
     def __init__(self, alpha: float, on_shape_change: str = "drop") -> None:
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha <= 1:
             raise ValueError(f"alpha must be a number in (0, 1], got {alpha!r}")

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, TypeVar
 
 import torch
 
+from .._check import hint_for
 from .._schema import Const, Field, Int, Record, SchemaError, check, found
 from ..checkpoint import from_file
 from ._state import load_state, save_state
@@ -244,6 +245,9 @@ class Reducer(ABC):
     def __repr__(self) -> str:
         arguments = ", ".join(f"{name}={value!r}" for name, value in self.config().items())
         return f"{type(self).__name__}({arguments})"
+
+
+hint_for(Reducer, "a reducer such as StatsReducer(), HistogramReducer(bins=40) or HistoryReducer()")
 
 
 def move(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:

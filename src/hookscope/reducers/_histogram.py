@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from .._check import checked
 from .._schema import FLOAT, INT, Record, Tensor
 from ._base import Reducer, accumulate_dtype, move, wide_dtype
 
@@ -47,6 +48,7 @@ class HistogramReducer(Reducer):
         nonfinite=Tensor(INT, shape=()),
     )
 
+    @checked()
     def __init__(self, bins: int, range: tuple[float, float] | None = None) -> None:
         if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1 or (range is None and bins % 2):
             rule = (

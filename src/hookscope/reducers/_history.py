@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from .._check import DEVICE, checked
 from .._schema import ListOf, Record, Tensor
 from ._base import Reducer, single
 
@@ -38,6 +39,7 @@ class HistoryReducer(Reducer):
     keeps_history = True
     STATE = Record(kept=ListOf(Tensor(), max_length="capacity"))
 
+    @checked(device=DEVICE)
     def __init__(self, capacity: int | None = None, device: torch.device | str | None = None) -> None:
         if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1):
             raise ValueError(f"capacity must be a positive int or None, got {capacity!r}")

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from .._check import checked
 from .._schema import FLOAT, INT, Record, Tensor
 from ._base import Reducer, accumulate_dtype, move, wide_dtype
 
@@ -72,6 +73,7 @@ class StatsReducer(Reducer):
         nonfinite=Tensor(INT, shape=()),
     )
 
+    @checked()
     def __init__(self, correction: int = 0) -> None:
         if isinstance(correction, bool) or not isinstance(correction, int) or correction < 0:
             raise ValueError(f"correction must be a non-negative int, got {correction!r}")

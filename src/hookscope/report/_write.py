@@ -10,6 +10,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .._check import checked
 from .._io import atomic_write
 from ..watch import WatchResults
 from ._data import DOCUMENT_FILE, RESULTS_FILE, WEIGHTS_FILE, load_data, prepare_data, save_data
@@ -20,6 +21,7 @@ __all__ = ["REPORT_FILE", "render_report", "write_index", "write_report"]
 REPORT_FILE = "report.html"
 
 
+@checked()
 def write_report(
     out_dir: str | os.PathLike[str],
     results: WatchResults,
@@ -71,6 +73,7 @@ def write_report(
     return _readable(atomic_write(folder / REPORT_FILE, page), folder)
 
 
+@checked()
 def render_report(out_dir: str | os.PathLike[str]) -> Path:
     """Draw the report page again from the data `write_report` saved in `out_dir`; return the page's path.
 
@@ -79,6 +82,8 @@ def render_report(out_dir: str | os.PathLike[str]) -> Path:
         ValueError: A data file is not what a report writes (pickles are never loaded).
     """
     folder = Path(out_dir)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"out_dir must be a report folder, got the file {str(folder)!r}")
     return _readable(atomic_write(folder / REPORT_FILE, render_page(load_data(folder))), folder)
 
 
@@ -102,6 +107,7 @@ def _umask() -> int:
     return 0o022
 
 
+@checked()
 def write_index(out_dir: str | os.PathLike[str], pages: list[tuple[str, Path]], meta: Mapping[str, Any]) -> Path:
     """Write `out_dir/report.html` linking to one report per model (`pages`: name and path relative to it)."""
     from ._escape import text
@@ -118,4 +124,6 @@ def write_index(out_dir: str | os.PathLike[str], pages: list[tuple[str, Path]], 
         f"</head><body>{body}</body></html>\n"
     )
     folder = Path(out_dir)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"out_dir must be a folder, got the file {str(folder)!r}; pick another --out")
     return _readable(atomic_write(folder / REPORT_FILE, page), folder)

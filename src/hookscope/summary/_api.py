@@ -7,6 +7,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .._check import DEVICE, checked
 from ..hooks import check_hookable, unwrap
 from ._build import build_summary, hook_labels, walk
 from ._collect import run_forward
@@ -16,6 +17,7 @@ from ._table import ModelSummary
 __all__ = ["summary"]
 
 
+@checked(device=DEVICE)
 def summary(
     model: nn.Module,
     *args: Any,

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 import torch
 import torch.nn as nn
 
+from .._check import checked
 from ..hooks import Selector
 from ._options import GROUPS
 from ._sinks import Sink
@@ -15,6 +16,7 @@ from ._watch import Watch
 __all__ = ["watch"]
 
 
+@checked()
 def watch(
     model: nn.Module,
     optimizer: torch.optim.Optimizer | None = None,

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .._check import FINITE, NON_NEGATIVE, checked
 from ..hooks import tensor_leaves
 
 __all__ = [
@@ -238,6 +239,7 @@ def unit_dims(module: nn.Module, ndim: int) -> tuple[int, tuple[int, ...]] | Non
     return unit, tuple(d for d in range(ndim) if d != unit)
 
 
+@checked(tolerance=(NON_NEGATIVE, FINITE))
 def identical_units(module: nn.Module, tolerance: float = 1e-6) -> int | None:
     """Count the output units of `module` whose incoming weights (and bias) equal another unit's, within tolerance.
 

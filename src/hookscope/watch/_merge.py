@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from .._check import NON_EMPTY, TIMEOUT, checked
 from ..distributed import (
     DEFAULT_TIMEOUT,
     GRAD_SHARDED,
@@ -43,6 +44,7 @@ _COLUMN = {name: k for k, name in enumerate(ACTIVATION_STATS)}
 _NAN = math.nan
 
 
+@checked(timeout=TIMEOUT)
 def merge_results(
     results: WatchResults, *, average_output_grads: bool = True, timeout: datetime.timedelta = DEFAULT_TIMEOUT
 ) -> WatchResults:
@@ -71,6 +73,7 @@ def merge_results(
     return merged
 
 
+@checked(parts=NON_EMPTY)
 def combine_results(parts: Sequence[WatchResults], *, average_output_grads: bool = True) -> WatchResults:
     """Merge the results of several ranks given together (e.g. per-rank files loaded with `WatchResults.load`).
 

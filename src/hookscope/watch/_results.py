@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from .._check import hint_for
 from .._io import load_bundle, save_bundle
 from .._schema import FLOAT, INT, Int, Json, ListOf, MapOf, Optional, Record, SchemaError, Str, Tensor, check
 
@@ -202,6 +203,9 @@ class WatchResults:
         source = results_file(Path(path))
         tensors, document = load_bundle(source, _KIND)
         return cls(**_decode(tensors, document, f"file {str(source)!r}"))
+
+
+hint_for(WatchResults, "the results of watch(model).results(), or WatchResults.load(path)")
 
 
 def results_file(path: Path) -> Path:

@@ -10,10 +10,12 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .._check import checked
 from .._errors import UnobservedModuleWarning
 from ..callbacks import Callback, LoopDriver
 from ..distributed import grad_reduction
-from ..hooks import Selector, check_hookable, normalize_path, select_modules
+from ..hooks import Selector, check_hookable, normalize_path
+from ..hooks._select import choose_modules
 from ._assemble import build_results, first_from_flags, first_nonfinite, merge_first
 from ._extras import collect_extras, watch_meta
 from ._options import GROUPS, WatchOptions
@@ -33,6 +35,7 @@ ACTIVATION_TYPES: tuple[type[nn.Module], ...] = (
 """Activation modules `watch()` observes by default besides the modules with parameters (dead units, saturation)."""
 
 
+@checked()
 def default_selector(path: str, module: nn.Module) -> bool:
     """`watch()`'s default: modules with parameters of their own, and activation modules.
 
@@ -47,6 +50,7 @@ def default_selector(path: str, module: nn.Module) -> bool:
 class Watch(Callback):
     """Monitor a model while it trains; see `watch()` for the arguments. A `Callback`, and a context manager."""
 
+    @checked()
     def __init__(
         self,
         model: nn.Module | None = None,
@@ -74,6 +78,8 @@ class Watch(Callback):
         )  # fmt: skip
         if model is not None:
             check_hookable(model, "model")
+            if select is not None:
+                choose_modules(model, select, "select")  # fail now, not with an empty run
         if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(f"optimizer must be a torch.optim.Optimizer or None, got {type(optimizer).__name__}")
         self.select = select
@@ -147,7 +153,7 @@ class Watch(Callback):
                 "scaler needs the optimizer (a skipped step is an optimizer step that did not happen): pass "
                 "watch(model, optimizer, scaler=scaler)"
             )
-        modules = select_modules(model, default_selector if self.select is None else self.select)
+        modules = choose_modules(model, default_selector if self.select is None else self.select, "select")
         params = [
             (normalize_path(f"{path}.{name}" if path else name), p)
             for path, module in modules

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .._check import checked
 from .._schema import Int, ListOf, Optional, Record, Str, check
 from ..hooks import HookHandle, Selector, register_optimizer_hook
 from ._layers import weight_layers, weight_parameter
@@ -44,6 +45,7 @@ class UpdateRatioMonitor:
         (1, [''])
     """
 
+    @checked()
     def __init__(self, capacity: int | None = 1000, *, reducer_factory: Callable[[], Any] | None = None) -> None:
         if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1):
             raise ValueError(f"capacity must be a positive int or None, got {capacity!r}")
