@@ -10,14 +10,11 @@ construction), `Any` and `object` accept everything, and annotations are read on
 
 from __future__ import annotations
 
-import builtins
 import collections.abc as abc
 import datetime
 import functools
 import inspect
 import math
-import os
-import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +22,8 @@ from typing import Any, ParamSpec, TypeVar
 
 import torch
 import torch.nn as nn
+
+from ._types import article, compile_test, describe, fits, members, number, resolve, types_in
 
 __all__ = [
     "DEVICE",
@@ -39,7 +38,6 @@ __all__ = [
     "between",
     "check_callable",
     "checked",
-    "describe",
     "dims",
     "hint_for",
     "one_of",
@@ -59,19 +57,15 @@ class Want:
     before: bool = False  # "a non-empty list of str", not "a list of str non-empty"
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-POSITIVE = Want(lambda v: not _number(v) or v > 0, "> 0")
-NON_NEGATIVE = Want(lambda v: not _number(v) or v >= 0, ">= 0")
+POSITIVE = Want(lambda v: not number(v) or v > 0, "> 0")
+NON_NEGATIVE = Want(lambda v: not number(v) or v >= 0, ">= 0")
 FINITE = Want(lambda v: not isinstance(v, float) or math.isfinite(v), "finite")
-PROBABILITY = Want(lambda v: not _number(v) or 0 <= v <= 1, "in [0, 1]")
+PROBABILITY = Want(lambda v: not number(v) or 0 <= v <= 1, "in [0, 1]")
 TIMEOUT = Want(lambda v: not isinstance(v, datetime.timedelta) or v.total_seconds() > 0, "longer than 0 seconds")
 NON_EMPTY = Want(lambda v: not isinstance(v, abc.Sized) or len(v) > 0, "non-empty", before=True)
 DEVICE = Want(lambda v: not isinstance(v, str) or _is_device(v), "naming a torch device, such as 'cpu' or 'cuda:0'")
 FIGSIZE = Want(
-    lambda v: not isinstance(v, (tuple, list)) or all(_number(x) and 0 < x < math.inf for x in v),
+    lambda v: not isinstance(v, (tuple, list)) or all(number(x) and 0 < x < math.inf for x in v),
     "of positive finite sizes (width, height) in inches",
 )
 
@@ -93,7 +87,7 @@ def between(low: float, high: float, *, open_low: bool = False) -> Want:
     """Numbers in `[low, high]` (`(low, high]` with `open_low`)."""
     bracket = "(" if open_low else "["
     return Want(
-        lambda v: not _number(v) or ((low < v if open_low else low <= v) and v <= high), f"in {bracket}{low}, {high}]"
+        lambda v: not number(v) or ((low < v if open_low else low <= v) and v <= high), f"in {bracket}{low}, {high}]"
     )
 
 
@@ -113,7 +107,7 @@ def shown(value: Any) -> str:
     text = repr(value)
     text = text if len(text) <= 80 else f"{text[:77]}..."
     plain = value is None or isinstance(value, (bool, int, float, str, list, tuple, dict))
-    return text if plain else f"{text} (a {type(value).__name__})"
+    return text if plain else f"{text} ({article(type(value).__name__)})"
 
 
 _HINTS: dict[type, str] = {}
@@ -183,7 +177,7 @@ class _Plan:
         unknown = set(rules) - set(signature.parameters)
         if unknown:
             raise TypeError(f"checked() got rules for {sorted(unknown)}, which {function.__qualname__} does not take")
-        annotations = {p.name: _annotation(p.annotation, function) for p in parameters}
+        annotations = {p.name: resolve(p.annotation, function) for p in parameters}
         self.checks = {
             name: (annotation, compile_test(annotation), _as_tuple(rules.get(name, ())))
             for name, annotation in annotations.items()
@@ -219,12 +213,12 @@ def _wanted(want: Want, kind: str) -> str:
     if want.what.startswith("one of"):
         return want.what
     if want.before:
-        return _article(f"{want.what} {kind.split(' ', 1)[-1]}")
+        return article(f"{want.what} {kind.split(' ', 1)[-1]}")
     return f"{kind} {want.what}"
 
 
 def _is_choice(value: Any, annotation: Any) -> bool:
-    choices = [c for m in _members(annotation) if typing.get_origin(m) is typing.Literal for c in typing.get_args(m)]
+    choices = [c for m in members(annotation) if typing.get_origin(m) is typing.Literal for c in typing.get_args(m)]
     return any(type(value) is type(choice) for choice in choices)
 
 
@@ -232,196 +226,12 @@ def _as_tuple(rules: Want | tuple[Want, ...]) -> tuple[Want, ...]:
     return rules if isinstance(rules, tuple) else (rules,)
 
 
-class _Lenient(dict[str, Any]):
-    """Resolve names as the module does; names only type checkers see (`if TYPE_CHECKING:` imports) read as Any."""
-
-    def __init__(self, namespace: dict[str, Any]) -> None:
-        super().__init__()
-        self.namespace = namespace
-
-    def __missing__(self, key: str) -> Any:
-        if key in self.namespace:
-            return self.namespace[key]
-        if hasattr(builtins, key):
-            return getattr(builtins, key)
-        if key.startswith("__"):
-            raise KeyError(key)  # frame variables such as __tracebackhide__ are not type names
-        return Any
-
-
-def _annotation(annotation: Any, function: Callable[..., Any]) -> Any:
-    if annotation is inspect.Parameter.empty:
-        return Any
-    if isinstance(annotation, str):
-        namespace = getattr(function, "__globals__", {})
-        try:
-            return eval(annotation, namespace, _Lenient(namespace))  # our own source text
-        except Exception:
-            return Any
-    return annotation
-
-
-Test = Callable[[Any], bool]
-
-
-def fits(value: Any, annotation: Any) -> bool:
-    """Whether `value` is of the (resolved) `annotation`'s type, items of containers included."""
-    return compile_test(annotation)(value)
-
-
-def compile_test(annotation: Any) -> Test:
-    """The test `fits` runs for `annotation`, built once per annotation (checks run on every call)."""
-    try:
-        return _compiled(annotation)
-    except TypeError:  # an unhashable annotation: build it each time
-        return _compile(annotation)
-
-
-@functools.lru_cache(maxsize=1024)
-def _compiled(annotation: Any) -> Test:
-    return _compile(annotation)
-
-
-def _anything(value: Any) -> bool:
-    return True
-
-
-def _compile(annotation: Any) -> Test:
-    if annotation is Any or annotation is object or isinstance(annotation, (TypeVar, typing.ForwardRef, str)):
-        return _anything
-    if annotation is None or annotation is type(None):
-        return lambda v: v is None
-    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if origin is typing.Union or origin is types.UnionType:
-        tests = [compile_test(arg) for arg in args]
-        return _anything if _anything in tests else lambda v: any(test(v) for test in tests)
-    if origin is typing.Literal:
-        return lambda v: v in args
-    if origin is typing.Annotated:
-        return compile_test(args[0])
-    if origin is not None:
-        return _compile_generic(origin, args)
-    return _SIMPLE.get(annotation) or _compile_class(annotation)
-
-
-_SIMPLE: dict[Any, Test] = {
-    bool: lambda v: isinstance(v, bool),
-    int: lambda v: isinstance(v, int) and not isinstance(v, bool),
-    float: _number,
-}
-
-
-def _compile_class(annotation: Any) -> Test:
-    if not isinstance(annotation, type):
-        return _anything
-    if getattr(annotation, "_is_protocol", False) and not getattr(annotation, "_is_runtime_protocol", False):
-        return _anything
-    return lambda v: isinstance(v, annotation)
-
-
-def _compile_generic(origin: Any, args: tuple[Any, ...]) -> Test:
-    if origin is abc.Callable:
-        return callable
-    if origin is type:
-        base = args[0] if args and isinstance(args[0], type) else object
-        return lambda v: isinstance(v, type) and issubclass(v, base)
-    if origin is tuple:
-        return _compile_tuple(args)
-    if origin in (dict, abc.Mapping, abc.MutableMapping):
-        key, item = (compile_test(a) for a in (args if len(args) == 2 else (Any, Any)))
-        return lambda v: isinstance(v, abc.Mapping) and all(key(k) and item(x) for k, x in v.items())
-    if isinstance(origin, type) and issubclass(origin, os.PathLike):
-        return lambda v: isinstance(v, os.PathLike)
-    if not isinstance(origin, type):
-        return _anything
-    item = compile_test(args[0]) if args else _anything
-    text = origin in (str, bytes)
-
-    def test(v: Any) -> bool:
-        if not isinstance(v, origin) or (isinstance(v, (str, bytes)) and not text):
-            return False  # a str is an iterable of str, and almost always a missing [ ]
-        return not isinstance(v, (list, tuple, set, frozenset)) or all(item(x) for x in v)
-
-    return test
-
-
-def _compile_tuple(args: tuple[Any, ...]) -> Test:
-    if len(args) == 2 and args[1] is Ellipsis:
-        item = compile_test(args[0])
-        return lambda v: isinstance(v, (tuple, list)) and all(item(x) for x in v)
-    tests = [compile_test(a) for a in args]
-    return lambda v: (
-        isinstance(v, (tuple, list))
-        and (not tests or (len(v) == len(tests) and all(t(x) for t, x in zip(tests, v, strict=True))))
-    )
-
-
-def describe(annotation: Any) -> str:
-    """The annotation in words: "an int", "a str or None", "a list of str", "an nn.Module"."""
-    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if annotation is None or annotation is type(None):
-        return "None"
-    if origin is typing.Union or origin is types.UnionType:
-        kinds = [describe(a) for a in args if a is not type(None)]
-        return " or ".join(kinds + (["None"] if type(None) in args else []))
-    if origin is typing.Literal:
-        return f"one of {', '.join(map(repr, args))}"
-    if origin is abc.Callable:
-        return "a callable"
-    if origin is type:
-        return _article(f"{_bare(args[0])} class") if args else "a class"
-    if origin is tuple:
-        if len(args) == 2 and args[1] is Ellipsis:
-            return f"a tuple of {_bare(args[0])}"
-        return f"a tuple ({', '.join(_bare(a) for a in args)})" if args else "a tuple"
-    if origin in (dict, abc.Mapping, abc.MutableMapping):
-        return f"a mapping of {_bare(args[0])} to {_bare(args[1])}" if len(args) == 2 else "a mapping"
-    if origin is not None and isinstance(origin, type) and issubclass(origin, os.PathLike):
-        return "a path (str or os.PathLike)"
-    if origin is not None:
-        return f"a list of {_bare(args[0])}" if args else f"a {getattr(origin, '__name__', origin)}"
-    if annotation in _NAMES:
-        return _NAMES[annotation]
-    return _article(_bare(annotation)) if isinstance(annotation, type) else _article(_text(annotation))
-
-
-def _text(annotation: Any) -> str:
-    return annotation.__forward_arg__ if isinstance(annotation, typing.ForwardRef) else str(annotation)
-
-
-_NAMES: dict[Any, str] = {
-    bool: "a bool (True or False)",
-    int: "an int",
-    float: "a number",
-    str: "a str",
-    nn.Module: "an nn.Module",
-    torch.Tensor: "a torch.Tensor",
-    torch.optim.Optimizer: "a torch.optim.Optimizer",
-}
-
-
-def _bare(annotation: Any) -> str:
-    """The type's name as users write it: `int`, `nn.Linear`, `torch.device`, `WatchResults`."""
-    if not isinstance(annotation, type):
-        if typing.get_origin(annotation) is None:
-            return _text(annotation)
-        return describe(annotation).removeprefix("a ").removeprefix("an ")
-    module, name = annotation.__module__, annotation.__name__
-    if module.startswith("torch.nn"):
-        return f"nn.{name}"
-    return f"torch.{name}" if module.startswith("torch") else name
-
-
-def _article(word: str) -> str:
-    return f"an {word}" if word[:1].lower() in "aeiou" or word.startswith("nn.") else f"a {word}"
-
-
 def _hint(value: Any, annotation: Any) -> str:
     """A fix for the common mistakes: a class for an instance, a str for a list, a call's result for a callable;
     or what the expected type's `argument_hint` says."""
     if isinstance(value, type) and fits(_instance_of(value), annotation):
         return f"; pass an instance (e.g. {value.__name__}(...)), not the class"
-    hints = [_HINTS[t] for t in _types_in(annotation) if t in _HINTS]
+    hints = [_HINTS[t] for t in types_in(annotation) if t in _HINTS]
     if hints:
         return f"; use {hints[0]}"
     if isinstance(value, str) and fits([value], annotation):
@@ -431,20 +241,6 @@ def _hint(value: Any, annotation: Any) -> str:
     if not callable(value) and fits(_hint, annotation) and not fits(object(), annotation):
         return "; pass the function itself, not the result of calling it"
     return ""
-
-
-def _types_in(annotation: Any) -> list[type]:
-    """The classes an annotation names, items of containers included."""
-    if isinstance(annotation, type):
-        return [annotation]
-    return [t for arg in typing.get_args(annotation) for t in _types_in(arg)]
-
-
-def _members(annotation: Any) -> tuple[Any, ...]:
-    origin = typing.get_origin(annotation)
-    if origin is typing.Union or origin is types.UnionType:
-        return typing.get_args(annotation)
-    return (annotation,)
 
 
 def _instance_of(cls: type) -> Any:

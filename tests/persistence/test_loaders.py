@@ -83,8 +83,9 @@ def test_a_histogram_with_7_counts_and_5_edges_is_refused(tmp_path: Path) -> Non
 def test_results_load_from_a_report_folder_and_name_the_files_of_a_multi_model_folder(tmp_path: Path) -> None:
     write_report(tmp_path / "one", _results())
     assert WatchResults.load(tmp_path / "one").steps.tolist() == [0, 1, 2]
-    write_report(tmp_path / "run" / "1-MLP", _results(2))
-    write_report(tmp_path / "run" / "2-CNN", _results(4))
+    for name, steps in (("1-MLP", 2), ("2-CNN", 4)):  # the layout hookscope run writes for two models
+        (tmp_path / "run" / name).mkdir(parents=True)
+        _results(steps).save(tmp_path / "run" / name / "results.safetensors")
     with pytest.raises(ValueError, match=r"holds the reports of 2 models: load one of '.*1-MLP/results.safetensors'"):
         WatchResults.load(tmp_path / "run")
     (tmp_path / "empty").mkdir()
@@ -242,3 +243,26 @@ def test_a_watch_state_with_nan_steps_or_other_bins_is_refused() -> None:
     state["first"] = {"forward": {"path": "0", "step": math.nan}, "backward": None}
     with pytest.raises(ValueError, match=r"field state.first.forward.step must be an int >= 0, got nan"):
         mine.load_state_dict(state)
+
+
+# ---- the encoding of state files ------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("state", "tensors", "field", "problem"),
+    [
+        ({"__tensor__": "t9"}, {}, "state", "must name a tensor of the file"),
+        ({"__pickle__": "x"}, {}, "state", "must be encoded as one of"),
+        ({"__dict__": [["a"]]}, {}, "state", r"must hold \[key, value\] pairs"),
+        ({"__dict__": [[["a"], 1]]}, {}, r"state key \[.a.\]", "must be a str or number, once"),
+        ({"__float__": "1e999"}, {}, "state", "must be 'nan', 'inf' or '-inf'"),
+        ({"__tuple__": 3}, {}, "state", "must hold a list under __tuple__"),
+        (1, {"t0": torch.zeros(1)}, "tensor 't0'", "is referenced nowhere in the state"),
+    ],
+)
+def test_a_malformed_state_file_is_refused_naming_the_field(
+    tmp_path: Path, state: object, tensors: dict[str, torch.Tensor], field: str, problem: str
+) -> None:
+    from hookscope._io import save_bundle
+
+    path = save_bundle(tmp_path / "s.safetensors", tensors, {"state": state}, "state")
+    with pytest.raises(ValueError, match=rf"s.safetensors': field {field} {problem}"):
+        load_state(path)

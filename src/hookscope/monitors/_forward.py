@@ -13,7 +13,8 @@ import torch.nn as nn
 from .._check import checked
 from ..hooks import HookHandle, map_tensors, tensor_leaves
 from ..reducers import Reducer
-from ._base import Construct, Monitor, MonitorConstructor, as_tensors, check_attribute, resolve
+from ._base import Monitor, MonitorConstructor
+from ._parts import Construct, as_tensors, check_attribute, resolve
 
 __all__ = ["DifferenceMonitor", "InputMonitor", "OutputMonitor", "StateMonitor"]
 

@@ -12,7 +12,8 @@ import torch.nn as nn
 from .._check import checked
 from ..hooks import HookHandle, register_output_grad_hook, register_post_accumulate_grad_hook
 from ..reducers import Reducer
-from ._base import TAG, Construct, Monitor, MonitorConstructor, _MonitorHook, check_attribute, resolve
+from ._base import TAG, Monitor, MonitorConstructor, _MonitorHook
+from ._parts import Construct, check_attribute, resolve
 
 __all__ = ["OutputGradMonitor", "ParameterGradMonitor"]
 
