@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 
 import pytest
@@ -113,12 +114,18 @@ CASES = [
 ]
 
 
+@functools.cache
+def case_summary(case: int) -> tuple[nn.Module, ModelSummary]:
+    """One summary per model, drawn at every width."""
+    make, inputs = CASES[case]
+    model = make()
+    return model, summary(model, **inputs)
+
+
 @pytest.mark.parametrize("width", [80, 100, 160])
 @pytest.mark.parametrize("case", range(len(CASES)), ids=["resnet18", "long names"])
 def test_rich_table_fits_the_terminal_and_keeps_numbers_whole(width: int, case: int) -> None:
-    make, inputs = CASES[case]
-    model = make()
-    s = summary(model, **inputs)
+    model, s = case_summary(case)
     lines = render(s, width)
     assert max(map(len, lines)) <= width
     body = table_body(lines)
@@ -137,7 +144,7 @@ def test_rich_table_fits_the_terminal_and_keeps_numbers_whole(width: int, case: 
 
 
 def test_at_80_columns_paths_shorten_and_the_caption_says_what_was_left_out() -> None:
-    s = summary(meta(LongNames), input_size=(1, 128), dtypes=torch.long)
+    _, s = case_summary(1)
     text = "\n".join(render(s, 80))
     assert "transformer_encoder_layers.0.self_attention_block.query_projection" not in text
     assert "…query_projection" in text or "…y_projection" in text  # the end of the path is kept

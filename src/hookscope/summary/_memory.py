@@ -1,10 +1,11 @@
 """The memory of one training step, estimated from one forward: saved activations, gradients, optimizer state.
 
 `SavedTensors` records, through `torch.autograd.graph.saved_tensors_hooks`, every tensor autograd saves for
-backward during the recorded forward; each storage counts once, and those of parameters, buffers and inputs are
-left out (they are counted as such). Gradients take the bytes of the trainable parameters; the optimizer state
-is read from a table of torch's optimizers (how many parameter-sized tensors and scalar step tensors each keeps
-per parameter), or from an optimizer instance's own settings (momentum, amsgrad, centered).
+backward during the recorded forward; each storage counts once while it is alive (a weak reference tells), and
+those of parameters, buffers and inputs are left out (they are counted as such). Gradients take the bytes of the
+trainable parameters; the optimizer state is read from a table of torch's optimizers (how many parameter-sized
+tensors and scalar step tensors each keeps per parameter), or from an optimizer instance's own settings
+(momentum, amsgrad, centered).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 import torch
 import torch.nn as nn
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from ..hooks import tensor_leaves
 from ._params import count_bytes
@@ -90,16 +92,22 @@ def storage_key(tensor: torch.Tensor) -> int:
 
 
 class SavedTensors:
-    """Bytes of the storages autograd saves for backward while `recording()` is active, each storage once."""
+    """Bytes of the storages autograd saves for backward while `recording()` is active, each storage once.
+
+    Only weak references are kept: a storage freed before the end (its graph dropped) no longer counts, and one
+    allocated later at the same address counts anew.
+    """
 
     def __init__(self, exclude: Iterable[torch.Tensor]) -> None:
         self.excluded = {storage_key(t) for t in exclude}
-        self.sizes: dict[int, int] = {}
+        self.saved: dict[int, tuple[Any, int]] = {}  # storage key -> (StorageWeakRef, bytes)
 
     def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
         key = storage_key(tensor)
-        if key not in self.excluded:
-            self.sizes[key] = tensor.untyped_storage().nbytes()
+        known = self.saved.get(key)
+        if key not in self.excluded and (known is None or _expired(known[0])):
+            storage = tensor.untyped_storage()
+            self.saved[key] = (StorageWeakRef(storage), storage.nbytes())  # type: ignore[no-untyped-call]
         return tensor
 
     @contextmanager
@@ -110,8 +118,12 @@ class SavedTensors:
 
     @property
     def total_bytes(self) -> int:
-        """Bytes of the distinct storages saved."""
-        return sum(self.sizes.values())
+        """Bytes of the distinct saved storages still alive."""
+        return sum(size for ref, size in self.saved.values() if not _expired(ref))
+
+
+def _expired(ref: Any) -> bool:
+    return bool(ref.expired())
 
 
 def _unpack(tensor: torch.Tensor) -> torch.Tensor:
