@@ -150,3 +150,14 @@ def test_at_80_columns_paths_shorten_and_the_caption_says_what_was_left_out() ->
     assert "…query_projection" in text or "…y_projection" in text  # the end of the path is kept
     assert "Left out to fit 80 columns: " in text
     assert "50,257" not in text and f"{50_257 * 4096:,}" in text  # the embedding's params, whole
+
+
+def test_text_table_fits_a_width_too() -> None:
+    model, s = case_summary(0)
+    total = f"{sum(p.numel() for p in model.parameters()):,}"
+    for width in (80, 100):
+        lines = s.to_text(width=width).splitlines()
+        assert max(map(len, lines)) <= width
+        assert total in next(line for line in lines if "(root)" in line)
+    with pytest.raises(ValueError, match="width must be None or an int of at least 20 .columns., got 10"):
+        s.to_text(width=10)

@@ -370,7 +370,7 @@ def test_namedtuple_output_keeps_field_names() -> None:
     assert "{mean: [4, 2], scale: None}" in str(s)
 
 
-@pytest.mark.parametrize("module", ["_api", "_probes"])
+@pytest.mark.parametrize("module", ["_api", "_probes", "_fit", "_inputs"])
 def test_docstring_examples_run(module: str) -> None:
     result = doctest.testmod(importlib.import_module(f"hookscope.summary.{module}"))
     assert result.attempted > 0 and result.failed == 0

@@ -7,6 +7,7 @@ and the caption says which; numbers are never cut.
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -200,8 +201,14 @@ def render_text(
     rule_width = sum(widths) + _GAP * (len(widths) - 1)
     heavy, light = ("=" * rule_width, "-" * rule_width) if ascii_only else ("═" * rule_width, "─" * rule_width)
     body = [join(line) for line in grid.cells]
-    footer = footer_lines(s, depth, grid.dropped, width or 0)
-    return "\n".join([*title_lines(s), heavy, join(grid.headers), heavy, *body, light, *footer]) + "\n"
+    title, footer = title_lines(s), footer_lines(s, depth, grid.dropped, width or 0)
+    if width is not None:  # words wrap, as rich does: no number is cut
+        title, footer = _wrapped(title, width), _wrapped(footer, width)
+    return "\n".join([*title, heavy, join(grid.headers), heavy, *body, light, *footer]) + "\n"
+
+
+def _wrapped(lines: list[str], width: int) -> list[str]:
+    return [part for line in lines for part in textwrap.wrap(line, width, break_on_hyphens=False) or [""]]
 
 
 def render_rich(s: ModelSummary, depth: int | None, view: TableView | None = None, width: int | None = None) -> Any:
