@@ -72,15 +72,15 @@ def shorten_path(path: str, width: int, ellipsis: str = "…", sep: str = ".", k
         return path
     parts = path.split(sep)
     head = parts[0] + sep if keep_first and len(parts) > 2 else ""
-    tail = None
+    tail, kept = None, 0
     for keep in range(len(parts) - 1 - bool(head), 0, -1):
         candidate = head + ellipsis + sep.join(parts[-keep:])
         if len(candidate) <= width:
-            tail = candidate
+            tail, kept = candidate, keep
             break
     middle = shorten_middle(path, width, ellipsis)
-    if tail is not None and (len(tail) >= width // 2 or not middle.endswith(sep + parts[-1])):
-        return tail  # whole segments, unless they fill less than half the room and a middle cut keeps the last
+    if tail is not None and (kept >= 2 or len(tail) >= width // 2 or not middle.endswith(sep + parts[-1])):
+        return tail  # whole segments, unless one short segment is all that fits and a middle cut keeps it
     if tail is None and len(parts) > 1 and width > len(ellipsis) + 2 and not middle.endswith(sep + parts[-1]):
         return ellipsis + shorten_middle(parts[-1], width - len(ellipsis), ellipsis)
     return middle

@@ -89,7 +89,8 @@ def _grid(
     dropped: list[int] = []
     if width is not None:
         fits = [_column_fit(COLUMNS[n], widths[i], headers[i]) for i, n in enumerate(names)]
-        order = [names.index(n) for n in DROP_ORDER if n in names]
+        empty = [i for i, n in enumerate(names) if n != "layer" and not any(line.cells[n] for line in lines)]
+        order = empty + [names.index(n) for n in DROP_ORDER if n in names and names.index(n) not in empty]
         result = fit_widths(fits, width, _GAP, order)
         widths, dropped = result.widths, list(result.dropped)
     kept = [i for i in range(len(names)) if i not in dropped]
