@@ -195,6 +195,7 @@ def wrong_values(name: str, t: dict[str, Any]) -> dict[str, Any]:
     file, directory = folder / "a-file", folder
     return {
         "diagnose.checks": [BAD_NAME],
+        "summary.batch_dim": 9,  # the example input has 2 dims
         "register_constraint.model": nn.LSTM(3, 4),  # no layer with a `weight` to constrain
         "watch.select": nn.Conv2d,  # matches nothing in an MLP
         "Watch.select": nn.Conv2d,

@@ -30,13 +30,16 @@ def run_demo_command(args: argparse.Namespace) -> int:
 
 
 def run_summary_command(args: argparse.Namespace) -> int:
-    """`hookscope summary TARGET --input-shape ...`: print the model's full summary."""
+    """`hookscope summary TARGET [--input-shape ...] [--dtype ...]`: print the model's full summary."""
     from ..summary import summary
-    from ._target import load_target, parse_shapes
+    from ._target import load_target, parse_columns, parse_dtypes, parse_shapes
 
-    shapes = parse_shapes(args.input_shape)
+    shapes = parse_shapes(args.input_shape) if args.input_shape is not None else None
+    dtypes = parse_dtypes(args.dtype, len(shapes) if shapes is not None else 0)
+    columns = parse_columns(args.columns) if args.columns is not None else None
     model = load_target(args.target, trust=args.trust)
-    result = summary(model, input_size=shapes[0] if len(shapes) == 1 else shapes)
+    input_size = None if shapes is None else shapes[0] if len(shapes) == 1 else shapes
+    result = summary(model, input_size=input_size, dtypes=dtypes, depth=args.depth, columns=columns)
     console = _console()
     if console.is_terminal:
         console.print(result)
