@@ -32,8 +32,8 @@ demo: $(STAMP)
 test: $(STAMP) lint typecheck unit
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests examples bench
-	$(BIN)/ruff format --check src tests examples bench
+	$(BIN)/ruff check src tests examples bench tools
+	$(BIN)/ruff format --check src tests examples bench tools
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -42,7 +42,7 @@ unit: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 -p no:cacheprovider
 
 docs: $(STAMP)
-	$(BIN)/mkdocs build --strict --quiet --site-dir build/site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir build/site
 
 bench: $(STAMP)
 	$(BIN)/python bench/overhead.py

@@ -50,7 +50,7 @@ def test_run_saves_the_data_before_it_draws(
 ) -> None:
     script = training_script(steps=5)
     without(monkeypatch, "matplotlib")
-    done = hookscope("run", "--out", str(tmp_path / "out"), str(script))
+    done = hookscope("run", "--select", "0", "--out", str(tmp_path / "out"), str(script))  # one layer to draw
     assert done.code == EXIT_MISSING_EXTRA
     assert done.err.splitlines()[-1] == (
         f"hookscope: error: the data is saved in {tmp_path / 'out'}, but drawing report.html needs matplotlib, not "
@@ -81,7 +81,7 @@ def test_demo_is_refused_before_training(
 def watched_results() -> WatchResults:
     model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with watch(model, opt) as w:
+    with watch(model, opt, select="0") as w:  # one layer: few figures to draw
         for _ in range(3):
             loss = model(torch.randn(8, 3)).pow(2).mean()
             opt.zero_grad()

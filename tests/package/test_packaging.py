@@ -55,8 +55,9 @@ def test_the_lowest_python_declared_is_the_one_tested_typechecked_and_linted() -
     assert tested[0] == lowest and f"{sys.version_info.major}.{sys.version_info.minor}" in tested
 
 
-def make(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["make", "-s", "-C", str(cwd), *args], capture_output=True, text=True, timeout=60)
+def make(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}  # not the caller's
+    return subprocess.run(["make", "-s", "-C", str(ROOT), *args], env=env, capture_output=True, text=True, timeout=60)
 
 
 def test_make_accepts_a_tested_python_and_refuses_another_in_one_line(tmp_path: Path) -> None:
@@ -102,11 +103,12 @@ def test_declared_lower_bounds_are_the_tested_versions() -> None:
 
 
 def test_the_extras_the_cli_names_install_what_it_imports() -> None:
+    providers = metadata.packages_distributions()
     for extra, modules in EXTRAS.items():
         declared = {canonicalize_name(Requirement(r).name) for r in PROJECT["optional-dependencies"][extra]}
         assert {canonicalize_name(dist) for dist in modules.values()} <= declared, extra
         for module, dist in modules.items():  # each distribution provides the module the CLI imports
-            top_level = metadata.packages_distributions().get(module, [])
+            top_level = providers.get(module, [])
             assert canonicalize_name(dist) in {canonicalize_name(d) for d in top_level}, (module, dist)
 
 
