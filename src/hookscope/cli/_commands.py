@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._errors import UsageError
+from ._errors import EXIT_MISSING_EXTRA, MissingExtraError, UsageError, is_installed, require_extra
 
 __all__ = ["run_demo_command", "run_report_command", "run_run_command", "run_summary_command"]
 
@@ -23,9 +23,10 @@ def _console(stderr: bool = False) -> Any:
 
 def run_demo_command(args: argparse.Namespace) -> int:
     """`hookscope demo`: train, print the summary, accuracy and diagnosis, write the report."""
+    _check_out(args.out)
+    require_extra("cli", "hookscope demo")  # before training, not after it
     from ._demo import run_demo
 
-    _check_out(args.out)
     return run_demo(Path(args.out), args.epochs, args.fault, _console())
 
 
@@ -40,8 +41,8 @@ def run_summary_command(args: argparse.Namespace) -> int:
     model = load_target(args.target, trust=args.trust)
     input_size = None if shapes is None else shapes[0] if len(shapes) == 1 else shapes
     result = summary(model, input_size=input_size, dtypes=dtypes, depth=args.depth, columns=columns)
-    console = _console()
-    if console.is_terminal:
+    console = _console() if is_installed("rich") else None  # plain text in a base install
+    if console is not None and console.is_terminal:
         console.print(result)
     else:
         print(result.to_text(shape_width=None))
@@ -122,7 +123,11 @@ def run_run_command(args: argparse.Namespace) -> int:
     if end.error:
         meta["error"] = end.error
     meta["seconds"] = round(time.time() - started, 2)
-    page = write_run_reports(Path(args.out), session, meta)
+    try:
+        page = write_run_reports(Path(args.out), session, meta)
+    except MissingExtraError as err:  # the data is saved; the script's own failure outranks the missing page
+        print(f"hookscope: error: {err}", file=sys.stderr)
+        return end.exit_code or EXIT_MISSING_EXTRA
     print(f"hookscope: report written to {page}", file=sys.stderr)
     return end.exit_code
 

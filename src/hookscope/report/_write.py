@@ -13,10 +13,10 @@ import torch.nn as nn
 from .._check import checked
 from .._io import atomic_write
 from ..watch import WatchResults
-from ._data import DOCUMENT_FILE, RESULTS_FILE, WEIGHTS_FILE, load_data, prepare_data, save_data
+from ._data import DOCUMENT_FILE, RESULTS_FILE, WEIGHTS_FILE, ReportData, load_data, prepare_data, save_data
 from ._html import CSP, render_page
 
-__all__ = ["REPORT_FILE", "render_report", "write_index", "write_report"]
+__all__ = ["REPORT_FILE", "render_report", "save_report_data", "write_index", "write_report"]
 
 REPORT_FILE = "report.html"
 
@@ -56,6 +56,49 @@ def write_report(
         TypeError: `results` is not a `WatchResults`.
         ValueError: `out_dir` exists and is not a folder.
     """
+    folder, data = _prepare(out_dir, results, summary, findings, meta, weights)
+    page = render_page(data)  # before any write: a failure while drawing leaves the previous report whole
+    save_data(folder, data)
+    return _readable(atomic_write(folder / REPORT_FILE, page), folder)
+
+
+def save_report_data(
+    out_dir: str | os.PathLike[str],
+    results: WatchResults,
+    *,
+    summary: Any = None,
+    findings: Iterable[Any] | None = None,
+    meta: Mapping[str, Any] | None = None,
+    weights: nn.Module | Mapping[str, torch.Tensor] | None = None,
+) -> Path:
+    """Save what `write_report` draws into `out_dir`, without drawing; `render_report(out_dir)` draws it after.
+
+    For data that matters more than its page (`hookscope run` after a long training run): nothing here needs
+    matplotlib, so the data is on disk before any drawing starts, and a drawing that fails loses nothing. The
+    arguments are `write_report`'s.
+
+    Returns:
+        The folder.
+
+    Raises:
+        TypeError: `results` is not a `WatchResults`.
+        ValueError: `out_dir` exists and is not a folder.
+    """
+    folder, data = _prepare(out_dir, results, summary, findings, meta, weights)
+    save_data(folder, data)
+    _readable(folder / RESULTS_FILE, folder)
+    return folder
+
+
+def _prepare(
+    out_dir: str | os.PathLike[str],
+    results: WatchResults,
+    summary: Any,
+    findings: Iterable[Any] | None,
+    meta: Mapping[str, Any] | None,
+    weights: nn.Module | Mapping[str, torch.Tensor] | None,
+) -> tuple[Path, ReportData]:
+    """Check the arguments, create the folder, and return it with the data the page is drawn from."""
     if not isinstance(results, WatchResults):
         raise TypeError(f"results must be a WatchResults (from watch().results()), got {type(results).__name__}")
     folder = Path(out_dir)
@@ -67,10 +110,7 @@ def write_report(
         from ..plot import weight_histograms
 
         histograms = weight_histograms(weights)
-    data = prepare_data(results, summary, findings, meta, histograms)
-    page = render_page(data)  # before any write: a failure while drawing leaves the previous report whole
-    save_data(folder, data)
-    return _readable(atomic_write(folder / REPORT_FILE, page), folder)
+    return folder, prepare_data(results, summary, findings, meta, histograms)
 
 
 @checked()

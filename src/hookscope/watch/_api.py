@@ -101,7 +101,7 @@ def watch(
         ...         loss.backward(); opt.step(); opt.zero_grad()
         >>> r = w.results()
         >>> r.steps.tolist(), list(r.layers), sorted(r.activations["0"])[:3]
-        ([0, 1, 2], ['0', '1', '2'], ['max', 'mean', 'min'])
+        ([0, 1, 2], ['0', '1', '2'], ['count', 'max', 'mean'])
     """
     return Watch(
         model, optimizer, select=select, every=every, train_only=train_only, groups=groups, capacity=capacity,
