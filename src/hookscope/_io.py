@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import stat
 import struct
 import tempfile
 from collections.abc import Mapping
@@ -19,21 +21,36 @@ import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
-__all__ = ["SCHEMA_VERSION", "atomic_write", "load_bundle", "save_bundle"]
+from ._schema import Int, Json, MapOf, Record, Str, check
+
+__all__ = ["SCHEMA_VERSION", "atomic_write", "check_target", "load_bundle", "save_bundle"]
 
 SCHEMA_VERSION = 1
 MAX_HEADER_BYTES = 64 * 1024 * 1024
 _META_KEY = "hookscope"
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_HEADER = Record(
+    kind=Str(),
+    schema_version=Int(),
+    document=MapOf(Json()),
+    optional={"renamed": MapOf(Str())},
+)
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes | str) -> Path:
     """Write `data` to `path` through a temporary file in the same folder, fsync'd, then renamed over it.
 
-    A crash during the write leaves the previous file as it was.
+    A crash during the write leaves the previous file as it was. Text is written as UTF-8, a lone surrogate
+    (from a name that was never valid Unicode) as U+FFFD.
+
+    Raises:
+        ValueError: `path` exists and is not a regular file (a folder, a device such as /dev/null, a FIFO): the
+            rename would replace it.
     """
     target = Path(path)
+    check_target(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    payload = data.encode("utf-8") if isinstance(data, str) else data
+    payload = _LONE_SURROGATE.sub("\ufffd", data).encode("utf-8") if isinstance(data, str) else data
     descriptor, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(descriptor, "wb") as handle:
@@ -46,6 +63,31 @@ def atomic_write(path: str | os.PathLike[str], data: bytes | str) -> Path:
         Path(temporary).unlink(missing_ok=True)
         raise
     return target
+
+
+def check_target(target: Path) -> None:
+    """Refuse to save onto `target` when it exists and is not a regular file (or a link to one).
+
+    Raises:
+        ValueError: `target` is a folder, a device, a FIFO or a socket.
+    """
+    try:
+        mode = os.stat(target).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    if not stat.S_ISREG(mode):
+        kind = "a folder" if stat.S_ISDIR(mode) else "a device, FIFO or socket"
+        raise ValueError(
+            f"path must be a regular file to save to, got {str(target)!r}, which is {kind}; saving would replace "
+            "it: choose a file name (e.g. run.safetensors)"
+        )
+
+
+def _check_source(source: Path) -> None:
+    mode = os.stat(source).st_mode  # FileNotFoundError for a missing file, as open() would raise
+    if not stat.S_ISREG(mode):
+        kind = "a folder" if stat.S_ISDIR(mode) else "a device, FIFO or socket"
+        raise ValueError(f"path must be a hookscope safetensors file, got {str(source)!r}, which is {kind}")
 
 
 def _umask() -> int:
@@ -62,10 +104,32 @@ def save_bundle(
     Tensors are made contiguous and moved to the CPU; the document must be plain JSON (no NaN checks are made:
     JSON's `NaN`/`Infinity` extensions are allowed).
     """
-    header = {"kind": kind, "schema_version": SCHEMA_VERSION, "document": document}
+    header: dict[str, Any] = {"kind": kind, "schema_version": SCHEMA_VERSION, "document": document}
+    cpu: dict[str, torch.Tensor] = {}
+    renamed: dict[str, str] = {}
+    for name, tensor in tensors.items():
+        key = name
+        if _LONE_SURROGATE.search(name):  # not UTF-8: safetensors cannot store the name itself
+            key = f"hookscope.renamed/{len(renamed)}"
+            renamed[key] = name
+        cpu[key] = tensor.detach().to("cpu").contiguous()
+    cpu = _unshared(cpu)
+    if renamed:
+        header["renamed"] = renamed
     metadata = {_META_KEY: json.dumps(header)}
-    cpu = {name: t.detach().to("cpu").contiguous() for name, t in tensors.items()}
     return atomic_write(path, st_save(cpu, metadata=metadata))
+
+
+def _unshared(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Copy the tensors that share memory with an earlier one (views of one buffer): safetensors refuses them."""
+    seen: set[int] = set()
+    out = {}
+    for key, tensor in tensors.items():
+        storage = tensor.untyped_storage().data_ptr() if tensor.numel() else None
+        out[key] = tensor.clone() if storage is not None and storage in seen else tensor
+        if storage is not None:
+            seen.add(storage)
+    return out
 
 
 def load_bundle(path: str | os.PathLike[str], kind: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -74,9 +138,10 @@ def load_bundle(path: str | os.PathLike[str], kind: str) -> tuple[dict[str, torc
     Raises:
         FileNotFoundError: `path` does not exist.
         ValueError: the file is not a hookscope safetensors file of this kind or schema (a pickle, a truncated
-            file, a huge header, another kind), with what was found.
+            file, a huge header, another kind, a folder, a device), with what was found.
     """
     source = Path(path)
+    _check_source(source)
     data = source.read_bytes() if _header_ok(source) else b""
     try:
         tensors = st_load(data)
@@ -91,6 +156,11 @@ def load_bundle(path: str | os.PathLike[str], kind: str) -> tuple[dict[str, torc
             f"path {str(source)!r} has schema version {header.get('schema_version')!r}; this hookscope reads "
             f"version {SCHEMA_VERSION}"
         )
+    check(_HEADER, header, f"file {str(source)!r}", at="header")
+    for key, name in header.get("renamed", {}).items():
+        if key not in tensors or name in tensors:
+            raise ValueError(f"file {str(source)!r}: field header.renamed[{key!r}] must rename a tensor of the file")
+        tensors[name] = tensors.pop(key)
     return tensors, header["document"]
 
 

@@ -9,20 +9,25 @@ reducers and anything else whose state is made of those pieces.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ._check import checked
 from ._io import load_bundle, save_bundle
+from ._schema import SchemaError, found
 
-__all__ = ["load_state", "save_state"]
+__all__ = ["from_file", "load_state", "save_state"]
 
 _KIND = "state"
 
 
+@checked()
 def save_state(path: str | os.PathLike[str], source: Any, *, kind: str = _KIND) -> Path:
     """Write `source.state_dict()` (or `source` itself, a state dict) atomically to `path`; return the path.
 
@@ -37,17 +42,45 @@ def save_state(path: str | os.PathLike[str], source: Any, *, kind: str = _KIND) 
     return save_bundle(path, tensors, {"state": document}, kind)
 
 
+@checked()
 def load_state(path: str | os.PathLike[str], target: Any = None, *, kind: str = _KIND) -> Any:
     """Read a state written by `save_state` with the same `kind`; with `target`, call `target.load_state_dict`.
 
+    The whole file is decoded and checked before `target` sees it; a target whose `load_state_dict` refuses
+    the state is left as it was (hookscope's own objects load all or nothing).
+
     Raises:
-        ValueError: the file is not a hookscope state file of this kind (see `hookscope._io.load_bundle`).
+        ValueError: the file is not a hookscope state file of this kind (see `hookscope._io.load_bundle`), is
+            malformed, or holds a state `target` refuses; the message names the file and the field.
     """
+    source = f"file {str(path)!r}"
     tensors, document = load_bundle(path, kind)
-    state = _decode(document["state"], tensors)
+    if set(document) != {"state"}:
+        raise SchemaError(source, "document", f"must hold exactly the key 'state', got keys {sorted(document)}")
+    used: set[str] = set()
+    state = _decode(document["state"], tensors, "state", source, used)
+    unused = sorted(set(tensors) - used)
+    if unused:
+        raise SchemaError(source, f"tensor {unused[0]!r}", "is referenced nowhere in the state (a foreign tensor)")
     if target is not None:
-        target.load_state_dict(state)
+        with from_file(path):
+            target.load_state_dict(state)
     return state
+
+
+@contextlib.contextmanager
+def from_file(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Say in the errors raised inside that the state came from the file `path`.
+
+    Raises:
+        ValueError: re-raised with the file named first.
+    """
+    try:
+        yield
+    except SchemaError as err:
+        raise err.from_source(f"file {str(path)!r}") from None
+    except ValueError as err:
+        raise ValueError(f"file {str(path)!r}: {err}") from None
 
 
 def _encode(value: Any, where: str, tensors: dict[str, torch.Tensor]) -> Any:
@@ -73,15 +106,43 @@ def _encode(value: Any, where: str, tensors: dict[str, torch.Tensor]) -> Any:
     )
 
 
-def _decode(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
+_FLOATS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+def _decode(value: Any, tensors: dict[str, torch.Tensor], at: str, source: str, used: set[str]) -> Any:
+    """Undo `_encode`, refusing anything `_encode` cannot have written (the field is named)."""
     if isinstance(value, list):
-        return [_decode(item, tensors) for item in value]
+        return [_decode(item, tensors, f"{at}[{i}]", source, used) for i, item in enumerate(value)]
     if not isinstance(value, dict):
         return value
-    if "__tensor__" in value:
-        return tensors[value["__tensor__"]]
-    if "__float__" in value:
-        return float(value["__float__"])
-    if "__tuple__" in value:
-        return tuple(_decode(item, tensors) for item in value["__tuple__"])
-    return {_decode(k, tensors): _decode(v, tensors) for k, v in value["__dict__"]}
+    if len(value) != 1 or next(iter(value)) not in ("__tensor__", "__float__", "__tuple__", "__dict__"):
+        raise SchemaError(
+            source, at, f"must be encoded as one of __tensor__, __float__, __tuple__, __dict__, got {found(value)}"
+        )
+    ((tag, content),) = value.items()
+    if tag == "__tensor__":
+        if not isinstance(content, str) or content not in tensors or content in used:
+            raise SchemaError(source, at, f"must name a tensor of the file (each once), got {content!r}")
+        used.add(content)
+        return tensors[content]
+    if tag == "__float__":
+        if content not in _FLOATS:
+            raise SchemaError(source, at, f"must be 'nan', 'inf' or '-inf', got {found(content)}")
+        return _FLOATS[content]
+    if not isinstance(content, list):
+        raise SchemaError(source, at, f"must hold a list under {tag}, got {found(content)}")
+    if tag == "__tuple__":
+        return tuple(_decode(item, tensors, f"{at}[{i}]", source, used) for i, item in enumerate(content))
+    return _decode_dict(content, tensors, at, source, used)
+
+
+def _decode_dict(pairs: list[Any], tensors: dict[str, torch.Tensor], at: str, source: str, used: set[str]) -> Any:
+    out: dict[Any, Any] = {}
+    for pair in pairs:
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise SchemaError(source, at, f"must hold [key, value] pairs, got {found(pair)}")
+        key = _decode(pair[0], tensors, f"{at} key", source, used)
+        if not isinstance(key, (str, int, float, bool, type(None))) or key in out:
+            raise SchemaError(source, f"{at} key {key!r}", "must be a str or number, once")
+        out[key] = _decode(pair[1], tensors, f"{at}[{key!r}]", source, used)
+    return out

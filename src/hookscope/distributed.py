@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from ._check import NON_NEGATIVE, TIMEOUT, checked, one_of
 from ._errors import MergeWarning
 from .hooks import normalize_path
 from .reducers import StatsReducer
@@ -112,6 +113,7 @@ def _joined(collective: str, timeout: datetime.timedelta) -> Iterator[None]:
         ) from err
 
 
+@checked(timeout=TIMEOUT)
 def gather_objects(value: Any, *, timeout: datetime.timedelta = DEFAULT_TIMEOUT) -> list[Any]:
     """Every rank's `value` (picklable, small), in rank order; `[value]` outside a distributed run."""
     if not is_distributed():
@@ -122,12 +124,14 @@ def gather_objects(value: Any, *, timeout: datetime.timedelta = DEFAULT_TIMEOUT)
     return gathered
 
 
+@checked(timeout=TIMEOUT)
 def union_keys(keys: Iterable[str], *, timeout: datetime.timedelta = DEFAULT_TIMEOUT) -> list[str]:
     """The union of every rank's keys, in first-seen order over ranks 0, 1, ...; the same list on every rank."""
     gathered = gather_objects(list(dict.fromkeys(keys)), timeout=timeout)
     return list(dict.fromkeys(key for keys_of_rank in gathered for key in (keys_of_rank or [])))
 
 
+@checked(op=one_of(("sum", "min", "max")), timeout=TIMEOUT)
 def all_reduce(tensor: torch.Tensor, op: str = "sum", *, timeout: datetime.timedelta = DEFAULT_TIMEOUT) -> torch.Tensor:
     """Reduce `tensor` over ranks with `op` (`"sum"`, `"min"` or `"max"`); returns a new tensor on its device.
 
@@ -145,6 +149,7 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", *, timeout: datetime.timed
     return work[: tensor.numel()].reshape(tensor.shape).to(tensor.device)
 
 
+@checked(timeout=TIMEOUT)
 def all_gather(tensor: torch.Tensor, *, timeout: datetime.timedelta = DEFAULT_TIMEOUT) -> list[torch.Tensor]:
     """Every rank's `tensor` (one shape and dtype on all ranks, empty allowed), in rank order, on its device."""
     if not is_distributed():
@@ -162,6 +167,7 @@ def _padded(tensor: torch.Tensor) -> torch.Tensor:
     return flat if flat.numel() else torch.zeros(1, dtype=flat.dtype)
 
 
+@checked(timeout=TIMEOUT)
 def norm_of_shards(local_square_sum: torch.Tensor, *, timeout: datetime.timedelta = DEFAULT_TIMEOUT) -> torch.Tensor:
     """The L2 norm of a tensor sharded over ranks, from each rank's sum of squares of its shard."""
     return all_reduce(local_square_sum.double(), "sum", timeout=timeout).sqrt()
@@ -261,6 +267,7 @@ def merge_parts(
     return assemble(headers, common, tables)
 
 
+@checked(timeout=TIMEOUT)
 def merge_stats_reducer(reducer: StatsReducer, *, timeout: datetime.timedelta = DEFAULT_TIMEOUT) -> StatsReducer:
     """Merge every rank's `StatsReducer` into a new one on the CPU (Chan's formulas, in rank order).
 
@@ -284,6 +291,7 @@ def merge_stats_reducer(reducer: StatsReducer, *, timeout: datetime.timedelta = 
 # ---- gradients and parameters of wrapped models -------------------------------------------------------------
 
 
+@checked()
 def is_sharded(tensor: torch.Tensor) -> bool:
     """Whether `tensor` is a DTensor with a sharded placement (an FSDP2 parameter or gradient)."""
     placements = getattr(tensor, "placements", None)
@@ -295,6 +303,7 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
     return to_local() if callable(to_local) and hasattr(tensor, "placements") else tensor
 
 
+@checked()
 def grad_reduction(model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> str:
     """Say what the parameter gradients of `model` are when a watch reads them (`meta["grad_reduction"]`).
 
@@ -309,6 +318,7 @@ def grad_reduction(model: nn.Module, optimizer: torch.optim.Optimizer | None = N
     return GRAD_AFTER_ALL_REDUCE if wrapped and optimizer is not None else GRAD_LOCAL
 
 
+@checked(timeout=TIMEOUT)
 def grad_norms(model: nn.Module, *, timeout: datetime.timedelta = DEFAULT_TIMEOUT) -> dict[str, torch.Tensor]:
     """Return the L2 norm of every parameter's full gradient, by normalized name, the same on every rank.
 
@@ -335,6 +345,7 @@ def grad_norms(model: nn.Module, *, timeout: datetime.timedelta = DEFAULT_TIMEOU
     return out
 
 
+@checked(rtol=NON_NEGATIVE, atol=NON_NEGATIVE, timeout=TIMEOUT)
 def check_replicas(
     model: nn.Module,
     *,

@@ -122,9 +122,11 @@ def test_detach_is_idempotent_and_the_driver_keeps_no_model_alive() -> None:
 
 
 def test_callbacks_must_be_callbacks() -> None:
-    with pytest.raises(TypeError, match="callbacks must be hookscope Callback objects, got int"):
+    with pytest.raises(
+        TypeError, match=r"callbacks must be a list of Callback, got \[1\]; use hookscope Callback objects"
+    ):
         LoopDriver([1], mlp())  # type: ignore[list-item]
-    with pytest.raises(TypeError, match="model must be a torch.nn.Module, got str"):
+    with pytest.raises(TypeError, match="model must be an nn.Module, got 'model'"):
         LoopDriver([Recorder()], "model")  # type: ignore[arg-type]
 
 

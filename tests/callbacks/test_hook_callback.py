@@ -114,7 +114,7 @@ def test_modules_may_be_a_list_of_modules_or_a_selector() -> None:
 def test_argument_errors() -> None:
     with pytest.raises(ValueError, match="every must be a positive int or None, got 0"):
         HookCallback(every=0)
-    with pytest.raises(TypeError, match=r"hook must be callable \(m, i, o\) -> Any, got int"):
+    with pytest.raises(TypeError, match=r"hook must be a callable or None, got 3; pass the function itself"):
         HookCallback(hook=3)  # type: ignore[arg-type]
 
 

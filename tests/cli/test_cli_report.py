@@ -44,3 +44,21 @@ def test_version_and_help(hookscope: Callable[..., object]) -> None:
         assert command in done.out
     done = hookscope()
     assert done.code == 2 and "the following arguments are required: COMMAND" in done.err
+
+
+def test_report_redraws_every_page_of_a_multi_model_run_folder(
+    tmp_path: Path, hookscope: Callable[..., object]
+) -> None:
+    from hookscope.report import write_index
+
+    pages = []
+    for folder, name in (("2-Encoder", "Encoder"), ("10-Head", "Head")):  # in number order, not text order
+        page = write_report(tmp_path / folder, small_results(), meta={"model": name, "status": "completed"})
+        pages.append((name, page.relative_to(tmp_path)))
+    write_index(tmp_path, pages, {"status": "completed"})
+    drawn = {path: path.read_text() for path in tmp_path.rglob("report.html")}
+    for path in drawn:
+        path.unlink()
+    done = hookscope("report", str(tmp_path))
+    assert done.code == 0 and done.out.strip() == f"report written to {tmp_path / 'report.html'}"
+    assert {path: path.read_text() for path in tmp_path.rglob("report.html")} == drawn

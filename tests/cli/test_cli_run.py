@@ -144,6 +144,6 @@ def test_a_select_that_matches_nothing_is_noted_and_the_script_still_runs(
 ) -> None:
     done = hookscope("run", "--select", "nope.*", "--out", str(tmp_path / "out"), str(training_script(steps=3)))
     assert done.code == 0
-    assert "hookscope: could not watch the model trained by SGD: selector must name an existing module path" in done.err
+    assert "hookscope: could not watch the model trained by SGD: select must name an existing module path" in done.err
     _, document = read(tmp_path / "out")
     assert document["meta"]["notes"].startswith("could not watch the model trained by SGD")

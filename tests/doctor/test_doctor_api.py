@@ -162,9 +162,11 @@ def test_unknown_names_list_the_closest(results: WatchResults) -> None:
 
 
 def test_bad_arguments_and_bad_checks_fail_clearly(results: WatchResults) -> None:
-    with pytest.raises(TypeError, match="results must be a hookscope WatchResults"):
+    with pytest.raises(
+        TypeError, match=r"results must be a WatchResults, got \{'steps': \[\]\}; use the results of watch\(model\)"
+    ):
         diagnose({"steps": []})  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="thresholds must be a hookscope.doctor.Thresholds or None, got"):
+    with pytest.raises(TypeError, match="thresholds must be a Thresholds or None, got"):
         diagnose(results, thresholds={"window": 2})  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="min_severity must be one of .*, got 'debug'"):
         diagnose(results, min_severity="debug")  # type: ignore[arg-type]

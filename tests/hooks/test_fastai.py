@@ -161,13 +161,13 @@ def test_shared_module_calls_are_paired_with_their_own_gradient() -> None:
 
 
 def test_hook_rejects_bad_arguments() -> None:
-    with pytest.raises(TypeError, match="hook_func must be callable"):
+    with pytest.raises(TypeError, match="hook_func must be a callable, got 'not callable'; pass the function itself"):
         Hook(nn.Linear(1, 1), "not callable")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="m must be a torch.nn.Module, got int"):
+    with pytest.raises(TypeError, match="m must be an nn.Module, got 3"):
         Hook(3, lambda m, i, o: o)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="ms must be a module or an iterable of modules, got int"):
+    with pytest.raises(TypeError, match="ms must be an nn.Module or a list of nn.Module, got 5"):
         Hooks(5, lambda m, i, o: o)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="each of ms must be a torch.nn.Module, got str"):
+    with pytest.raises(TypeError, match=r"modules must be an nn.Module or a list of nn.Module, got \['x'\]"):
         hook_outputs(["x"])  # type: ignore[list-item]
 
 

@@ -178,7 +178,10 @@ def test_a_single_monitor_saves_and_loads(tmp_path: Path) -> None:
     restored = OutputMonitor(StatsReducer())
     restored.load(path)
     assert restored.counts == monitor.counts and int(restored.peek().count) == 6
-    with pytest.raises(ValueError, match="state must come from a InputMonitor, got one from 'OutputMonitor'"):
+    with pytest.raises(
+        ValueError,
+        match="monitor.safetensors': field state.type must come from a InputMonitor, got one from 'OutputMonitor'",
+    ):
         from hookscope.monitors import InputMonitor
 
         InputMonitor(StatsReducer()).load(path)
@@ -199,7 +202,7 @@ def test_strict_loading_lists_missing_and_unexpected_paths() -> None:
 
 
 def test_constructor_must_be_callable_and_return_a_monitor() -> None:
-    with pytest.raises(TypeError, match="constructor must be callable"):
+    with pytest.raises(TypeError, match="constructor must be a callable, got None"):
         MonitorPool(None)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="constructor must return a Monitor, got str for '0'"):
         MonitorPool(lambda attr, module: "monitor", _model())  # type: ignore[arg-type,return-value]

@@ -163,7 +163,7 @@ def test_view_needs_history() -> None:
 
 
 def test_load_refuses_another_type_or_config() -> None:
-    with pytest.raises(ValueError, match=r"state must come from a HistoryReducer with config \{'capacity': 3"):
+    with pytest.raises(ValueError, match=r"state.config must come from a HistoryReducer with config \{'capacity': 3"):
         HistoryReducer(capacity=3).load_state_dict(HistoryReducer(capacity=4).state_dict())
     with pytest.raises(ValueError, match="got StatsReducer"):
         EMAReducer(0.5).load_state_dict(StatsReducer().state_dict())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -75,7 +77,6 @@ def test_quantile_of_only_non_finite_values_is_nan() -> None:
     ("build", "message"),
     [
         (lambda: ReservoirReducer(capacity=0), "capacity must be a positive int, got 0"),
-        (lambda: ReservoirReducer(capacity=3, seed=1.5), "seed must be an int, got 1.5"),
         (lambda: QuantileReducer(1.5), r"q must be a level or a non-empty sequence of levels in \[0, 1\], got 1.5"),
         (lambda: QuantileReducer([]), "q must be a level"),
     ],
@@ -83,10 +84,19 @@ def test_quantile_of_only_non_finite_values_is_nan() -> None:
 def test_arguments_are_checked(build: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         build()  # type: ignore[operator]
+    with pytest.raises(TypeError, match="seed must be an int, got 1.5"):
+        ReservoirReducer(capacity=3, seed=1.5)  # type: ignore[arg-type]
 
 
 def test_quantile_levels_are_checked_when_read() -> None:
     reservoir = ReservoirReducer(capacity=3)
     reservoir.push(torch.ones(3))
-    with pytest.raises(ValueError, match=r"q must be in \[0, 1\], got -0.1"):
+    with pytest.raises(ValueError, match=r"q must be in \[0, 1\] \(every level\), got -0.1"):
         reservoir.quantile(-0.1)
+    for level in (math.nan, [0.5, math.nan]):  # used to raise torch's RuntimeError
+        with pytest.raises(ValueError, match=r"q must be in \[0, 1\] \(every level\), got .*nan"):
+            reservoir.quantile(level)
+    with pytest.raises(
+        TypeError, match="q must be a level in \\[0, 1\\], or a sequence or tensor of them, got 'median'"
+    ):
+        ReservoirReducer(capacity=3).quantile("median")  # type: ignore[arg-type]

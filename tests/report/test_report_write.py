@@ -124,7 +124,9 @@ def test_a_failed_drawing_leaves_the_previous_report_whole(tmp_path: Path, make_
 
 
 def test_write_report_argument_errors(tmp_path: Path, make_results: Callable[..., WatchResults]) -> None:
-    with pytest.raises(TypeError, match=r"results must be a WatchResults \(from watch\(\).results\(\)\), got dict"):
+    with pytest.raises(
+        TypeError, match=r"results must be a WatchResults, got \{\}; use the results of watch\(model\)\.results\(\)"
+    ):
         write_report(tmp_path, {})  # type: ignore[arg-type]
     (tmp_path / "file").write_text("x")
     with pytest.raises(ValueError, match=r"out_dir must be a folder, got the file .*file'; pick another --out"):

@@ -186,7 +186,9 @@ def test_sinks_receive_every_recorded_value(tmp_path: Path) -> None:
 
 
 def test_sink_and_option_errors() -> None:
-    with pytest.raises(TypeError, match="sinks must have write"):
+    with pytest.raises(
+        TypeError, match="sinks must be a list of Sink, got .*; use an object with write\\(results\\) and close\\(\\)"
+    ):
         watch(mlp(), sinks=[object()])  # type: ignore[list-item]
     with pytest.raises(ValueError, match="exactly one of log_dir or writer"):
         TensorBoardSink()
@@ -196,13 +198,13 @@ def test_sink_and_option_errors() -> None:
         watch(mlp(), capacity=0)
     with pytest.raises(ValueError, match="groups must be names from"):
         watch(mlp(), groups=("activations", "gradients"))
-    with pytest.raises(TypeError, match="groups must be a collection of group names"):
+    with pytest.raises(TypeError, match="groups must be a list of str, got 'activations'; wrap a single name"):
         watch(mlp(), groups="activations")
     with pytest.raises(ValueError, match=r"hist_range must be a pair \(low, high\)"):
         watch(mlp(), hist_range=(1.0, 1.0))
     with pytest.raises(ValueError, match="near_zero must be a finite number >= 0"):
         watch(mlp(), near_zero=-1.0)
-    with pytest.raises(TypeError, match="optimizer must be a torch.optim.Optimizer or None, got str"):
+    with pytest.raises(TypeError, match="optimizer must be a torch.optim.Optimizer or None, got 'sgd'"):
         watch(mlp(), "sgd")  # type: ignore[arg-type]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
@@ -210,7 +212,7 @@ def test_sink_and_option_errors() -> None:
     with pytest.raises(TypeError, match="hooks are unsupported on ScriptModule"):
         watch(scripted)
     model = mlp()
-    with pytest.raises(ValueError, match="selector must name an existing module path"):
+    with pytest.raises(ValueError, match="select must name an existing module path"):
         watch(model, select="encoder").attach()
 
 

@@ -160,7 +160,7 @@ def test_log_interval_must_be_positive() -> None:
     optimizer = torch.optim.SGD(make_mlp().parameters(), lr=0.1)
     with pytest.raises(ValueError, match="log_interval must be an int >= 1, got 0"):
         add_weight_update_monitor_hook(optimizer, log_interval=0)
-    with pytest.raises(TypeError, match="optimizer must be a torch.optim.Optimizer, got list"):
+    with pytest.raises(TypeError, match=r"optimizer must be a torch.optim.Optimizer, got \[\]"):
         add_weight_update_monitor_hook([], 1)  # type: ignore[arg-type]
 
 

@@ -9,7 +9,9 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .._check import FINITE, checked
 from .._errors import HookscopeWarning
+from .._schema import FLOAT, INT, Int, ListOf, Record, Rule, Str, Tensor, check
 from ..hooks import Selector, tensor_leaves
 from ..stats import (
     EXPONENT_NONE,
@@ -29,7 +31,31 @@ from ..stats import (
 )
 from ._hook_callback import HookCallback, HookFunction
 
-__all__ = ["ActivationStats", "RecordsDroppedWarning"]
+__all__ = ["STATE", "ActivationStats", "RecordsDroppedWarning"]
+
+STATE = Record(
+    paths=ListOf(Str(), length="modules"),
+    dropped=Int(min=0),
+    records=Int(min=0),
+    tensors=Record(
+        optional={
+            "records": Tensor(FLOAT, shape=("records", "modules", len(RECORD))),  # the engine's moments records
+            "hists": Tensor(FLOAT, shape=("records", "modules", "bins+2")),  # counts, below and above a range
+            "exponents": Tensor(INT, shape=("records", "modules")),  # the range of each histogram
+        },
+        rules=[
+            Rule("hists", lambda t: ("hists" in t) == ("exponents" in t), "and exponents come together"),
+        ],
+    ),
+    rules=[
+        Rule(
+            "records",
+            lambda s: all(t.shape[0] == s["records"] for t in s["tensors"].values()),
+            "must be the number of rows of every tensor",
+        )
+    ],
+)
+"""The format of `ActivationStats.state_dict()`; `bins` is the callback's `hist_bins`."""
 
 FLUSH_RECORDS = 64
 """Records whose small outputs wait before they are described together."""
@@ -92,6 +118,7 @@ class ActivationStats(HookCallback):
         (3, ['at_most_near_zero', 'mean', 'sampled', 'std'])
     """
 
+    @checked(near_zero=FINITE)
     def __init__(
         self,
         with_hist: bool = False,
@@ -359,13 +386,16 @@ class ActivationStats(HookCallback):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore records saved by `state_dict` (the modules are resolved again at fit start).
 
+        The state is checked in full first: a refused state leaves the records as they were.
+
         Raises:
-            ValueError: the state was saved for other modules.
+            ValueError: the state does not fit the format (the field is named), or was saved for other modules.
         """
+        check(STATE, state, bind={"bins": self.hist_bins})
         if self.paths and list(state["paths"]) != self.paths:
             raise ValueError(f"state must be for modules {self.paths}, got {state['paths']}")
-        self.paths, self.dropped = list(state["paths"]), int(state["dropped"])
-        self._records, self._cache = int(state["records"]), None
+        self.paths, self.dropped = list(state["paths"]), state["dropped"]
+        self._records, self._cache = state["records"], None
         table = self._table = self._new_table()
         tensors = state["tensors"]
         if "records" in tensors and self._records:

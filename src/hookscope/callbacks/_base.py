@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 from torch.autograd import Variable
 
+from .._check import NON_EMPTY, checked, hint_for
 from ..hooks import HookHandle, check_hookable, register_module_hook, register_optimizer_hook, tensor_leaves
 
 __all__ = ["Callback", "LoopDriver"]
@@ -72,6 +73,9 @@ class Callback:
         return LoopDriver([self], model, optimizer)
 
 
+hint_for(Callback, "hookscope Callback objects: ActivationStats, HookCallback, Watch or a subclass of Callback")
+
+
 class LoopDriver:
     """Emit `Callback` events from a plain training loop, through hooks on the root model and the optimizer.
 
@@ -91,6 +95,7 @@ class LoopDriver:
         TypeError: `model` is not an `nn.Module`, or a callback is not a `Callback`.
     """
 
+    @checked(callbacks=NON_EMPTY)
     def __init__(
         self,
         callbacks: Iterable[Callback],

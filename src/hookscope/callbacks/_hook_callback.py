@@ -9,7 +9,9 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from ..hooks import HookHandle, Selector, map_tensors, register_module_hook, select_modules
+from .._check import checked
+from ..hooks import HookHandle, Selector, map_tensors, named_modules, register_module_hook
+from ..hooks._select import choose_modules
 from ._base import Callback
 
 __all__ = ["HookCallback"]
@@ -50,6 +52,7 @@ class HookCallback(Callback):
         [(5, 4), (5, 1)]
     """
 
+    @checked()
     def __init__(
         self,
         modules: Selector = None,
@@ -157,11 +160,11 @@ _TAGS = ("HookCallback",)
 def _resolve(model: nn.Module, modules: Selector) -> list[tuple[str, nn.Module]]:
     if isinstance(modules, (list, tuple)) and modules and all(isinstance(m, nn.Module) for m in modules):
         ids = {id(m) for m in modules}
-        chosen = [(path, m) for path, m in select_modules(model, lambda p, m: id(m) in ids)]
+        chosen = [(path, m) for path, m in named_modules(model) if id(m) in ids]
         if len(chosen) != len(ids):
             raise ValueError(
                 f"modules must all be modules of the model, got {len(ids) - len(chosen)} that are not (pass modules "
                 "of the model being trained, or a path selector such as 'encoder.*')"
             )
         return chosen
-    return select_modules(model, modules)
+    return choose_modules(model, modules, "modules")

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from .._check import NON_EMPTY, TIMEOUT, checked
 from ..distributed import DEFAULT_TIMEOUT, combine_ranks, merge_parts
 from ..stats import EXPONENT_NONE, RECORD, empty, rebin
 from ._activation_stats import ActivationStats
@@ -25,6 +26,7 @@ _OPTIONS = ("near_zero", "with_hist", "hist_bins", "hist_range", "exact")
 _OPS = {"records": "gather", "hists": "sum"}
 
 
+@checked(timeout=TIMEOUT)
 def merge_activation_stats(stats: ActivationStats, *, timeout: datetime.timedelta = DEFAULT_TIMEOUT) -> ActivationStats:
     """Merge every rank's `stats` into a new `ActivationStats` (not attached); a collective: every rank calls it.
 
@@ -41,6 +43,7 @@ def merge_activation_stats(stats: ActivationStats, *, timeout: datetime.timedelt
     return _merge(stats, None, timeout)
 
 
+@checked(parts=NON_EMPTY)
 def combine_activation_stats(parts: Sequence[ActivationStats]) -> ActivationStats:
     """Merge the `ActivationStats` of several ranks given together (rank 0 first); no collective.
 

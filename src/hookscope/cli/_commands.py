@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from ._errors import UsageError
+from ._errors import EXIT_MISSING_EXTRA, MissingExtraError, UsageError, is_installed, require_extra
 
 __all__ = ["run_demo_command", "run_report_command", "run_run_command", "run_summary_command"]
 
@@ -22,22 +23,26 @@ def _console(stderr: bool = False) -> Any:
 
 def run_demo_command(args: argparse.Namespace) -> int:
     """`hookscope demo`: train, print the summary, accuracy and diagnosis, write the report."""
+    _check_out(args.out)
+    require_extra("cli", "hookscope demo")  # before training, not after it
     from ._demo import run_demo
 
-    _check_out(args.out)
     return run_demo(Path(args.out), args.epochs, args.fault, _console())
 
 
 def run_summary_command(args: argparse.Namespace) -> int:
-    """`hookscope summary TARGET --input-shape ...`: print the model's full summary."""
+    """`hookscope summary TARGET [--input-shape ...] [--dtype ...]`: print the model's full summary."""
     from ..summary import summary
-    from ._target import load_target, parse_shapes
+    from ._target import load_target, parse_columns, parse_dtypes, parse_shapes
 
-    shapes = parse_shapes(args.input_shape)
+    shapes = parse_shapes(args.input_shape) if args.input_shape is not None else None
+    dtypes = parse_dtypes(args.dtype, len(shapes) if shapes is not None else 0)
+    columns = parse_columns(args.columns) if args.columns is not None else None
     model = load_target(args.target, trust=args.trust)
-    result = summary(model, input_size=shapes[0] if len(shapes) == 1 else shapes)
-    console = _console()
-    if console.is_terminal:
+    input_size = None if shapes is None else shapes[0] if len(shapes) == 1 else shapes
+    result = summary(model, input_size=input_size, dtypes=dtypes, depth=args.depth, columns=columns)
+    console = _console() if is_installed("rich") else None  # plain text in a base install
+    if console is not None and console.is_terminal:
         console.print(result)
     else:
         print(result.to_text(shape_width=None))
@@ -45,18 +50,50 @@ def run_summary_command(args: argparse.Namespace) -> int:
 
 
 def run_report_command(args: argparse.Namespace) -> int:
-    """`hookscope report DIR`: draw the page again from the saved data."""
-    from ..report import render_report
+    """`hookscope report DIR`: draw the page again from the saved data.
+
+    DIR is a report folder, or the folder `hookscope run` wrote for several models (one report folder each and
+    an index page): every page and the index are drawn again.
+    """
+    from ..report import render_report, write_index
 
     folder = Path(args.dir)
     if not folder.is_dir():
         raise UsageError(f"DIR must be a report folder, got {args.dir!r} (no such folder)")
+    models = _model_folders(folder)
     try:
-        page = render_report(folder)
+        if models:
+            pages = [(name, render_report(sub).relative_to(folder)) for name, sub, _ in models]
+            page = write_index(folder, pages, models[0][2])
+        else:
+            page = render_report(folder)
     except FileNotFoundError as err:
         raise UsageError(str(err)) from err
     print(f"report written to {page}")
     return 0
+
+
+def _model_folders(folder: Path) -> list[tuple[str, Path, dict[str, Any]]]:
+    """The per-model report folders of a `hookscope run` folder, in their order, with each model's name and
+    metadata (empty when `folder` is itself a report folder)."""
+    from ..report import DOCUMENT_FILE, RESULTS_FILE
+
+    if (folder / RESULTS_FILE).is_file():
+        return []
+    found = []
+    for sub in sorted((p.parent for p in folder.glob(f"*/{RESULTS_FILE}")), key=_folder_order):
+        try:
+            meta = json.loads((sub / DOCUMENT_FILE).read_text(encoding="utf-8")).get("meta") or {}
+        except (OSError, ValueError, AttributeError):
+            meta = {}
+        meta = meta if isinstance(meta, dict) else {}
+        found.append((str(meta.get("model") or sub.name), sub, meta))
+    return found
+
+
+def _folder_order(sub: Path) -> tuple[int, str]:
+    number, _, rest = sub.name.partition("-")
+    return (int(number), rest) if number.isdigit() else (1 << 30, sub.name)
 
 
 def run_run_command(args: argparse.Namespace) -> int:
@@ -86,7 +123,11 @@ def run_run_command(args: argparse.Namespace) -> int:
     if end.error:
         meta["error"] = end.error
     meta["seconds"] = round(time.time() - started, 2)
-    page = write_run_reports(Path(args.out), session, meta)
+    try:
+        page = write_run_reports(Path(args.out), session, meta)
+    except MissingExtraError as err:  # the data is saved; the script's own failure outranks the missing page
+        print(f"hookscope: error: {err}", file=sys.stderr)
+        return end.exit_code or EXIT_MISSING_EXTRA
     print(f"hookscope: report written to {page}", file=sys.stderr)
     return end.exit_code
 

@@ -22,6 +22,16 @@ def _positive(text: str) -> int:
     return value
 
 
+def _natural(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a non-negative int, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative int, got {text!r}")
+    return value
+
+
 def _common() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
@@ -59,11 +69,21 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="print the full summary of a model built by a factory",
         description="Print the summary of the model that TARGET builds. TARGET is package.module:factory or "
-        "path/to/file.py:factory, a callable returning an nn.Module (or the module itself).",
+        "path/to/file.py:factory, a callable returning an nn.Module (or the module itself). Without "
+        "--input-shape nothing runs: the table lists the modules and their parameters.",
     )
     summary.add_argument("target", metavar="TARGET", help="package.module:factory or path/to/file.py:factory")
     summary.add_argument(
-        "--input-shape", required=True, metavar="SHAPE", help="input shape, e.g. 1,3,32,32 (several: 1,10;1,5)"
+        "--input-shape", metavar="SHAPE", help="input shape, e.g. 1,3,32,32 (several: 1,10;1,5); none: params only"
+    )
+    summary.add_argument(
+        "--dtype",
+        metavar="DTYPE",
+        help="dtype of the example inputs, e.g. long or int64 for token ids (several: long;float; default float32)",
+    )
+    summary.add_argument("--depth", type=_natural, metavar="N", help="show modules down to depth N")
+    summary.add_argument(
+        "--columns", metavar="NAMES", help="columns after Layer, comma-separated, e.g. output_shape,params,flops"
     )
     summary.add_argument(
         "--trust", action="store_true", help="allow TARGET to be a pickled model or TorchScript file (runs its code)"

@@ -1,4 +1,8 @@
-"""Write the reports of `hookscope run`: one per watched model (with summary and diagnosis), and an index."""
+"""Write the reports of `hookscope run`: one per watched model (with summary and diagnosis), and an index.
+
+Every model's data is saved before any page is drawn: a drawing that fails (matplotlib missing) loses nothing,
+and `hookscope report DIR` draws the pages later from what was saved.
+"""
 
 from __future__ import annotations
 
@@ -6,34 +10,42 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..report import safe_filename, write_index, write_report
+from ..report import render_report, safe_filename, save_report_data, write_index
 from ..watch import WatchResults
+from ._errors import require_extra
 from ._session import RunSession, WatchedModel
 
 __all__ = ["write_run_reports"]
 
 
 def write_run_reports(out: Path, session: RunSession, meta: dict[str, Any]) -> Path:
-    """Write a report per watched model into `out` (one model) or `out/<n>-<Model>/` (several, with an index).
+    """Save each watched model's data into `out` (one model) or `out/<n>-<Model>/` (several), then draw the pages.
 
     Returns:
-        The page to open.
+        The page to open (the index when several models were watched).
+
+    Raises:
+        MissingExtraError: matplotlib is missing; the data is saved, the pages are not drawn.
     """
     notes = list(session.notes)
     if not session.watched:
         if not notes:
             notes.append("no model was trained with a torch.optim optimizer, so nothing was watched")
-        return write_report(out, WatchResults(), meta={**meta, "notes": " | ".join(notes)})
-    pages = []
-    for index, entry in enumerate(session.watched, start=1):
-        folder = out if len(session.watched) == 1 else out / f"{index}-{safe_filename(entry.name)}"
-        pages.append((entry.name, _write_one(folder, entry, meta, notes)))
+        folders = [("", save_report_data(out, WatchResults(), meta={**meta, "notes": " | ".join(notes)}))]
+    else:
+        folders = []
+        for index, entry in enumerate(session.watched, start=1):
+            folder = out if len(session.watched) == 1 else out / f"{index}-{safe_filename(entry.name)}"
+            folders.append((entry.name, _save_one(folder, entry, meta, notes)))
+    where, redraw = (out, f"hookscope report {out}") if len(folders) == 1 else (f"{out}/*/", "hookscope report on each")
+    require_extra("plot", f"the data is saved in {where}, but drawing report.html", then=redraw)
+    pages = [(name, render_report(folder)) for name, folder in folders]
     if len(pages) == 1:
         return pages[0][1]
     return write_index(out, [(name, page.relative_to(out)) for name, page in pages], meta)
 
 
-def _write_one(folder: Path, entry: WatchedModel, meta: dict[str, Any], notes: list[str]) -> Path:
+def _save_one(folder: Path, entry: WatchedModel, meta: dict[str, Any], notes: list[str]) -> Path:
     from ..doctor import diagnose, format_findings
 
     results = entry.watcher.results()
@@ -53,4 +65,4 @@ def _write_one(folder: Path, entry: WatchedModel, meta: dict[str, Any], notes: l
         except Exception as err:
             extra.append(f"the summary failed: {' '.join(str(err).split())}")
     page_meta = {**meta, "model": entry.name, **({"notes": " | ".join(extra)} if extra else {})}
-    return write_report(folder, results, summary=summary, findings=findings, meta=page_meta, weights=model)
+    return save_report_data(folder, results, summary=summary, findings=findings, meta=page_meta, weights=model)

@@ -13,7 +13,7 @@ import torch.nn as nn
 
 from ._errors import UsageError
 
-__all__ = ["load_target", "parse_shapes"]
+__all__ = ["load_target", "parse_columns", "parse_dtypes", "parse_shapes"]
 
 _FORM = "TARGET must be package.module:factory or path/to/file.py:factory"
 
@@ -34,6 +34,40 @@ def parse_shapes(text: str) -> list[tuple[int, ...]]:
             raise UsageError(f"--input-shape must be comma-separated positive ints like 1,3,32,32, got {text!r}")
         shapes.append(shape)
     return shapes
+
+
+def parse_dtypes(text: str | None, inputs: int) -> Any:
+    """Parse `--dtype`: one dtype for every input (`long`, `int64`, `torch.float16`), or one per input (`long;float`).
+
+    Raises:
+        UsageError: a name is no dtype, there is no `--input-shape` to apply it to, or the count is off.
+    """
+    from ..summary import to_dtype
+
+    if text is None:
+        return None
+    if inputs == 0:
+        raise UsageError(f"--dtype needs --input-shape (the dtype is that of the example inputs), got --dtype {text}")
+    try:
+        dtypes = [to_dtype(part, "--dtype") for part in text.replace(",", ";").split(";")]
+    except ValueError as err:
+        raise UsageError(str(err)) from err
+    if len(dtypes) == 1:
+        return dtypes[0]
+    if len(dtypes) != inputs:
+        raise UsageError(f"--dtype must give one dtype, or one per input ({inputs} here), got {text!r}")
+    return dtypes
+
+
+def parse_columns(text: str) -> list[str]:
+    """Parse `--columns`: comma-separated column names (checked by `summary`)."""
+    from ..summary import COLUMNS
+
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    choices = [name for name in COLUMNS if name != "layer"]
+    if not names or any(name not in choices for name in names):
+        raise UsageError(f"--columns must be comma-separated names from {', '.join(choices)}, got {text!r}")
+    return names
 
 
 def load_target(target: str, *, trust: bool = False) -> nn.Module:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeAlias
 
+from .._check import checked
 from .._errors import closest_names
 from ..watch import WatchResults
 from ._finding import SEVERITIES, Finding, Severity, rank_findings, severity_rank
@@ -21,7 +22,7 @@ __all__ = ["Check", "CheckSpec", "diagnose", "list_checks", "register_check", "r
 Check: TypeAlias = Callable[[WatchResults, Thresholds], Iterable[Finding]]
 """`check(results, thresholds) -> iterable of Finding`: pure, reads the results and never changes them."""
 
-CheckSpec: TypeAlias = Iterable["str | Check"] | Mapping[str, Check]
+CheckSpec: TypeAlias = str | Iterable["str | Check"] | Mapping[str, Check]  # a str: one check name
 
 _BUILTIN: dict[str, Check] = {
     "nonfinite_forward": check_nonfinite_forward,
@@ -79,7 +80,7 @@ def _known(name: str, argument: str) -> str:
     return name
 
 
-def resolve_checks(checks: CheckSpec | None = None, disable: Iterable[str] = ()) -> dict[str, Check]:
+def resolve_checks(checks: CheckSpec | None = None, disable: str | Iterable[str] = ()) -> dict[str, Check]:
     """Turn `checks`/`disable` arguments into `{name: check}` (see `diagnose`), validating every name.
 
     Raises:
@@ -142,11 +143,12 @@ def check_severity(min_severity: Any) -> Severity:
     return min_severity  # type: ignore[no-any-return]
 
 
+@checked()
 def diagnose(
     results: WatchResults,
     *,
     checks: CheckSpec | None = None,
-    disable: Iterable[str] = (),
+    disable: str | Iterable[str] = (),
     thresholds: Thresholds | None = None,
     min_severity: Severity = "info",
     **overrides: float,

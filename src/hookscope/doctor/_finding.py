@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .._check import checked
 from .._errors import HookscopeWarning
 
 __all__ = ["SEVERITIES", "DiagnosisWarning", "Finding", "Severity", "format_findings", "rank_findings"]
@@ -107,6 +108,7 @@ def rank_findings(
     return sorted(findings, key=key)
 
 
+@checked()
 def format_findings(findings: Sequence[Finding], *, limit: int | None = None) -> str:
     """Render findings as a short numbered list, in the order given (`diagnose` returns them ranked).
 

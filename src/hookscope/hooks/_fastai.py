@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from .._check import check_callable, checked
 from ._grad import register_output_grad_hook
 from ._guards import check_hookable
 from ._module import register_module_hook
@@ -37,6 +38,7 @@ class Hook:
         torch.Size([5, 2])
     """
 
+    @checked()
     def __init__(
         self,
         m: nn.Module,
@@ -47,10 +49,7 @@ class Hook:
         gather: bool = False,
     ) -> None:
         check_hookable(m, "m")
-        if not callable(hook_func):
-            raise TypeError(
-                f"hook_func must be callable (module, input, output) -> Any, got {type(hook_func).__name__}"
-            )
+        check_callable("hook_func", hook_func, 3, "hook_func(module, input, output) -> Any")
         self.hook_func = hook_func
         self.is_forward, self.detach, self.cpu, self.gather = is_forward, detach, cpu, gather
         self.stored: Any = None
@@ -136,6 +135,7 @@ class Hooks:
     `.stored` lists the stored values in module order; supports `len`, indexing, iteration and `with`.
     """
 
+    @checked()
     def __init__(
         self,
         ms: nn.Module | Iterable[nn.Module],
@@ -144,7 +144,8 @@ class Hooks:
         detach: bool = True,
         cpu: bool = False,
     ) -> None:
-        modules = _as_modules(ms)
+        modules = _as_modules(ms, "ms")
+        check_callable("hook_func", hook_func, 3, "hook_func(module, input, output) -> Any")
         self.hooks: list[Hook] = []
         try:
             for module in modules:
@@ -192,6 +193,7 @@ def _hook_inner(module: nn.Module, input: Any, output: Any) -> Any:
     return list(output)
 
 
+@checked()
 def hook_output(module: nn.Module, detach: bool = True, cpu: bool = False, grad: bool = False) -> Hook:
     """Store the output of `module` in `.stored`; with `grad=True`, the tuple of gradients of its outputs.
 
@@ -203,13 +205,14 @@ def hook_output(module: nn.Module, detach: bool = True, cpu: bool = False, grad:
     return Hook(module, _hook_inner, True, detach, cpu)
 
 
+@checked()
 def hook_outputs(
     modules: nn.Module | Iterable[nn.Module], detach: bool = True, cpu: bool = False, grad: bool = False
 ) -> Hooks:
     """`hook_output` on each of `modules` (a module means its direct children), as one `Hooks`."""
     hooks: list[Hook] = []
     try:
-        for module in _as_modules(modules):
+        for module in _as_modules(modules, "modules"):
             hooks.append(hook_output(module, detach, cpu, grad))
     except BaseException:
         for hook in hooks:
@@ -218,15 +221,13 @@ def hook_outputs(
     return Hooks._of(hooks)
 
 
-def _as_modules(ms: nn.Module | Iterable[nn.Module]) -> list[nn.Module]:
-    if isinstance(ms, nn.Module):
-        return list(ms.children())
-    try:
-        modules = list(ms)
-    except TypeError:
-        raise TypeError(f"ms must be a module or an iterable of modules, got {type(ms).__name__}") from None
+def _as_modules(ms: nn.Module | Iterable[nn.Module], argument: str) -> list[nn.Module]:
+    modules = list(ms.children()) if isinstance(ms, nn.Module) else list(ms)
     for module in modules:
-        check_hookable(module, "each of ms")
+        check_hookable(module, f"each of {argument}")
+    if not modules:
+        what = f"a {type(ms).__name__} without children" if isinstance(ms, nn.Module) else repr(ms)
+        raise ValueError(f"{argument} must hold at least one module to hook, got {what}; pass the modules to hook")
     return modules
 
 

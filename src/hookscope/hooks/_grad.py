@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .._check import check_callable, checked
 from .._errors import HookscopeWarning
 from ._module import register_module_hook
 from ._registry import HookHandle
@@ -54,6 +55,7 @@ class _PendingCalls:
         self._pending = [ref for ref in self._pending if ref() is not token and ref() is not None]
 
 
+@checked()
 def register_output_grad_hook(
     module: nn.Module,
     hook: OutputGradHook,
@@ -69,6 +71,7 @@ def register_output_grad_hook(
     `hookscope.hooks.tensor_leaves(output)` (`None` where that output received no gradient). Outputs that do not
     require grad (no-grad or eval passes, integer outputs) produce no call.
     """
+    check_callable("hook", hook, 3, "hook(module, grad_output, call_index) -> None")
     pending = _PendingCalls()
     forward_hook = _OutputGradForwardHook(hook, pending)
     handle = register_module_hook(module, "forward", forward_hook, owner=owner, path=path, tags=tags, prepend=prepend)

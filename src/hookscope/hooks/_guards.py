@@ -7,11 +7,13 @@ import warnings
 import torch
 import torch.nn as nn
 
+from .._check import POSITIVE, checked, shown
 from .._errors import CompiledModelWarning
 
 __all__ = ["check_hookable", "is_compiled", "warn_if_compiled"]
 
 
+@checked()
 def is_compiled(module: nn.Module) -> bool:
     """Whether `module` is a `torch.compile` wrapper or was compiled in place with `module.compile()`."""
     return type(module).__name__ == "OptimizedModule" or getattr(module, "_compiled_call_impl", None) is not None
@@ -30,9 +32,10 @@ def check_hookable(module: object, argument: str = "module") -> None:
             "before torch.jit.script/trace, or use torch.compile, which keeps hooks placed before compiling."
         )
     if not isinstance(module, nn.Module):
-        raise TypeError(f"{argument} must be a torch.nn.Module, got {type(module).__name__}")
+        raise TypeError(f"{argument} must be a torch.nn.Module, got {shown(module)}")
 
 
+@checked(stacklevel=POSITIVE)
 def warn_if_compiled(model: nn.Module, stacklevel: int = 3) -> None:
     """Warn that torch.compile ignores hooks added after its first call on `model`."""
     if is_compiled(model):

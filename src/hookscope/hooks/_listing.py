@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import torch.nn as nn
 import torch.nn.modules.module as module_globals
 
-from ._registry import REGISTRY, HookHandle
+from .._check import checked, one_of
+from ._registry import KINDS, REGISTRY, HookHandle
 from ._select import _glob_regex, named_modules
 
 __all__ = ["HookInfo", "list_hooks", "remove_hooks"]
@@ -38,6 +39,7 @@ class HookInfo:
     id: int | None = None
 
 
+@checked()
 def list_hooks(model: nn.Module | None = None) -> list[HookInfo]:
     """List the hooks on `model`'s modules and parameters, and global hooks (path `"<global>"`).
 
@@ -66,6 +68,7 @@ def list_hooks(model: nn.Module | None = None) -> list[HookInfo]:
     return rows
 
 
+@checked(kind=one_of(KINDS))
 def remove_hooks(
     *,
     owner: object | None = None,

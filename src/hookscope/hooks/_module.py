@@ -8,12 +8,14 @@ from typing import Any
 import torch.nn as nn
 import torch.nn.modules.module as module_globals
 
+from .._check import check_callable, checked, one_of
 from ._guards import check_hookable, warn_if_compiled
 from ._registry import REGISTRY, HookHandle
 
 __all__ = ["MODULE_KINDS", "register_global_module_hook", "register_module_hook"]
 
 MODULE_KINDS = ("forward_pre", "forward", "backward_pre", "backward")
+_ARGUMENTS = {"forward_pre": 2, "forward": 3, "backward_pre": 2, "backward": 3}  # what torch calls hooks with
 _GLOBAL_KINDS = {
     "forward_pre": module_globals.register_module_forward_pre_hook,
     "forward": module_globals.register_module_forward_hook,
@@ -21,6 +23,7 @@ _GLOBAL_KINDS = {
 }
 
 
+@checked(kind=one_of(MODULE_KINDS))
 def register_module_hook(
     module: nn.Module,
     kind: str,
@@ -46,6 +49,8 @@ def register_module_hook(
         TypeError: `module` is not an `nn.Module`, or is a TorchScript module.
     """
     check_hookable(module)
+    arguments = _ARGUMENTS[kind] + (1 if with_kwargs and kind.startswith("forward") else 0)
+    check_callable("hook", hook, arguments, f"for {kind!r} hooks{' with kwargs' if with_kwargs else ''}")
     warn_if_compiled(module)
     if kind == "forward_pre":
         handle = module.register_forward_pre_hook(hook, prepend=prepend, with_kwargs=with_kwargs)
@@ -60,6 +65,7 @@ def register_module_hook(
     return REGISTRY.add(kind, [handle.remove], target=module, owner=owner, path=path, tags=tags, torch_handles=[handle])
 
 
+@checked(kind=one_of(_GLOBAL_KINDS))
 def register_global_module_hook(
     kind: str, hook: Callable[..., Any], *, owner: object | None = None, tags: Iterable[str] = ()
 ) -> HookHandle:
@@ -70,8 +76,7 @@ def register_global_module_hook(
     Raises:
         ValueError: `kind` is not a global kind.
     """
-    register = _GLOBAL_KINDS.get(kind)
-    if register is None:
-        raise ValueError(f"kind must be one of {tuple(_GLOBAL_KINDS)}, got {kind!r}")
+    register = _GLOBAL_KINDS[kind]
+    check_callable("hook", hook, _ARGUMENTS[kind], f"for {kind!r} hooks")
     handle = register(hook)
     return REGISTRY.add(f"global_{kind}", [handle.remove], owner=owner, tags=tags, torch_handles=[handle])

@@ -8,13 +8,16 @@ from typing import Any
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
+from .._check import check_callable, checked, one_of
 from ._registry import REGISTRY, HookHandle
 
 __all__ = ["register_global_optimizer_hook", "register_optimizer_hook"]
 
+_STEP_KINDS = ("step_pre", "step_post")
 OptimizerHook = Callable[[torch.optim.Optimizer, tuple[Any, ...], dict[str, Any]], Any]
 
 
+@checked(kind=one_of(_STEP_KINDS))
 def register_optimizer_hook(
     optimizer: torch.optim.Optimizer,
     kind: str,
@@ -29,8 +32,7 @@ def register_optimizer_hook(
         TypeError: `optimizer` is not a `torch.optim.Optimizer`.
         ValueError: `kind` is neither `"step_pre"` nor `"step_post"`.
     """
-    if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    check_callable("hook", hook, 3, "hook(optimizer, args, kwargs) -> None")
     if kind == "step_pre":
         handle = optimizer.register_step_pre_hook(hook)
     elif kind == "step_post":
@@ -40,6 +42,7 @@ def register_optimizer_hook(
     return REGISTRY.add(f"optimizer_{kind}", [handle.remove], target=optimizer, owner=owner, tags=tags)
 
 
+@checked(kind=one_of(_STEP_KINDS))
 def register_global_optimizer_hook(
     kind: str, hook: OptimizerHook, *, owner: object | None = None, tags: Iterable[str] = ()
 ) -> HookHandle:
@@ -48,6 +51,7 @@ def register_global_optimizer_hook(
     Raises:
         ValueError: `kind` is neither `"step_pre"` nor `"step_post"`.
     """
+    check_callable("hook", hook, 3, "hook(optimizer, args, kwargs) -> None")
     if kind == "step_pre":
         handle = register_optimizer_step_pre_hook(hook)
     elif kind == "step_post":

@@ -22,6 +22,7 @@ from typing import Any, TypeAlias
 
 import torch.nn as nn
 
+from .._check import checked, shown
 from .._errors import unknown_name
 
 __all__ = [
@@ -49,8 +50,14 @@ _WRAPPERS = {
 _INNER_SEGMENTS = ("_orig_mod", "_fsdp_wrapped_module", "_checkpoint_wrapped_module")
 
 
+@checked()
 def unwrap(module: nn.Module) -> nn.Module:
     """Return the module inside DDP, DataParallel, torch.compile, FSDP1 and checkpoint wrappers."""
+    return _unwrapped(module)
+
+
+def _unwrapped(module: nn.Module) -> nn.Module:
+    # unwrap() without the argument check, for the loop over every module in named_modules
     while True:
         attribute = _WRAPPERS.get(type(module).__name__)
         inner = module._modules.get(attribute) if attribute else None
@@ -59,6 +66,7 @@ def unwrap(module: nn.Module) -> nn.Module:
         module = inner
 
 
+@checked()
 def normalize_path(path: str) -> str:
     """Drop wrapper segments from a dotted path or parameter name.
 
@@ -72,6 +80,7 @@ def normalize_path(path: str) -> str:
     return ".".join(p for p in parts if p not in _INNER_SEGMENTS)
 
 
+@checked()
 def named_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
     """Every module of `model` once, with its normalized dotted path, in registration order (root first)."""
     found: list[tuple[str, nn.Module]] = []
@@ -81,7 +90,7 @@ def named_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
     # keep `found`, and so the model, alive until the garbage collector runs (never, under gc.disable()).
     while stack:
         prefix, module = stack.pop()
-        module = unwrap(module)
+        module = _unwrapped(module)
         if id(module) in seen:
             continue
         seen.add(id(module))
@@ -91,26 +100,53 @@ def named_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
     return found
 
 
+@checked()
 def has_own_params(module: nn.Module) -> bool:
     """Whether `module` has at least one parameter of its own (not counting its children's)."""
+    return _has_own(module)
+
+
+def _has_own(module: nn.Module) -> bool:
+    # has_own_params() without the argument check, for the loop over every module of a model
     return next(iter(module.parameters(recurse=False)), None) is not None
 
 
+@checked()
 def select_modules(model: nn.Module, selector: Selector = None) -> list[tuple[str, nn.Module]]:
     """Return the `(path, module)` pairs of `model` that `selector` picks, in model order.
 
     Raises:
-        ValueError: a path or glob matches no module (the message lists the closest paths).
+        ValueError: the selector matches no module (the message lists the closest paths, or what the model has).
+        TypeError: the selector is of no supported kind.
+    """
+    return choose_modules(model, selector, "selector")
+
+
+def choose_modules(model: nn.Module, selector: Selector, argument: str) -> list[tuple[str, nn.Module]]:
+    """`select_modules` for an entry point whose selector argument is called `argument` (in its errors).
+
+    A predicate may choose nothing (a rank that watches no layer still joins the collectives); every other
+    selector must choose something.
+
+    Raises:
+        ValueError: a selector that is not `None` or a predicate matches no module; the modules are listed.
         TypeError: the selector is of no supported kind.
     """
     modules = named_modules(model)
-    chosen = _chosen_ids(modules, selector, argument="selector")
+    chosen = _chosen_ids(modules, selector, argument)
+    if not chosen and selector is not None and not _has_predicate(selector):
+        listing = ", ".join(f"{path!r} ({type(m).__name__})" for path, m in modules[1:13] or modules)
+        more = f" and {len(modules) - 13} more" if len(modules) > 13 else ""
+        raise ValueError(
+            f"{argument} must match at least one module of the {type(model).__name__}, got {shown(selector)}, which "
+            f"matches none; the model has {listing}{more}"
+        )
     return [(path, module) for path, module in modules if id(module) in chosen]
 
 
 def _chosen_ids(modules: list[tuple[str, nn.Module]], selector: Selector, argument: str) -> set[int]:
     if selector is None:
-        return {id(m) for _, m in modules if has_own_params(m)}
+        return {id(m) for _, m in modules if _has_own(m)}
     if isinstance(selector, str):
         return _match_path(modules, selector, argument)
     if isinstance(selector, nn.Module):
@@ -130,8 +166,14 @@ def _chosen_ids(modules: list[tuple[str, nn.Module]], selector: Selector, argume
         return {id(m) for path, m in modules if selector(path, m)}
     raise TypeError(
         f"{argument} must be None, a path or glob, a module, a module type, a predicate (path, module) -> bool,"
-        f" or a list of these, got {type(selector).__name__}"
+        f" or a list of these, got {shown(selector)}"
     )
+
+
+def _has_predicate(selector: Selector) -> bool:
+    if isinstance(selector, (list, tuple, set, frozenset)):
+        return any(_has_predicate(item) for item in selector)
+    return callable(selector) and not isinstance(selector, (type, nn.Module))
 
 
 def _is_type_tuple(selector: Any) -> bool:
@@ -173,6 +215,7 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(out))
 
 
+@checked()
 def path_of(model: nn.Module, module: nn.Module) -> str | None:
     """The normalized path of `module` inside `model`, or `None` when it is not there."""
     return next((path for path, m in named_modules(model) if m is module), None)

@@ -6,11 +6,13 @@ from collections.abc import Callable, Iterable
 
 import torch
 
+from .._check import check_callable, checked, shown
 from ._registry import REGISTRY, HookHandle
 
 __all__ = ["register_post_accumulate_grad_hook", "register_tensor_hook"]
 
 
+@checked()
 def register_tensor_hook(
     tensor: torch.Tensor,
     hook: Callable[[torch.Tensor], torch.Tensor | None],
@@ -25,13 +27,15 @@ def register_tensor_hook(
         TypeError: `tensor` is not a tensor.
         ValueError: `tensor` does not require grad.
     """
-    _check_tensor(tensor)
+    _check_tensor(tensor, "tensor")
+    check_callable("hook", hook, 1, "hook(grad) -> None or new grad")
     handle = tensor.register_hook(hook)  # type: ignore[no-untyped-call]
     return REGISTRY.add(
         "tensor", [handle.remove], target=tensor, owner=owner, path=path, tags=tags, torch_handles=[handle]
     )
 
 
+@checked()
 def register_post_accumulate_grad_hook(
     parameter: torch.Tensor,
     hook: Callable[[torch.Tensor], None],
@@ -49,9 +53,10 @@ def register_post_accumulate_grad_hook(
         TypeError: `parameter` is not a tensor.
         ValueError: `parameter` is not a leaf that requires grad.
     """
-    _check_tensor(parameter)
+    _check_tensor(parameter, "parameter")
     if not parameter.is_leaf:
-        raise ValueError("parameter must be a leaf tensor (a parameter), got a non-leaf tensor")
+        raise ValueError(f"parameter must be a leaf tensor (a parameter), got a non-leaf {shown(parameter)}")
+    check_callable("hook", hook, 1, "hook(parameter) -> None")
     handle = parameter.register_post_accumulate_grad_hook(hook)  # type: ignore[no-untyped-call]
     return REGISTRY.add(
         "post_accumulate_grad", [handle.remove], target=parameter, owner=owner, path=path, tags=tags,
@@ -59,8 +64,8 @@ def register_post_accumulate_grad_hook(
     )  # fmt: skip
 
 
-def _check_tensor(tensor: object) -> None:
-    if not isinstance(tensor, torch.Tensor):
-        raise TypeError(f"tensor must be a torch.Tensor, got {type(tensor).__name__}")
+def _check_tensor(tensor: torch.Tensor, argument: str) -> None:
     if not tensor.requires_grad:
-        raise ValueError("tensor must require grad to have gradient hooks; call .requires_grad_() first")
+        raise ValueError(
+            f"{argument} must require grad to have gradient hooks, got {shown(tensor)}; call .requires_grad_() first"
+        )

@@ -8,7 +8,6 @@ hooks instead of a second writer into this monitor's reducer.
 
 from __future__ import annotations
 
-import copy
 import os
 import threading
 import weakref
@@ -16,18 +15,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import torch
 import torch.nn as nn
 
-from .._errors import closest_names
+from .._check import checked
+from .._schema import Const, Int, Part, Record, SchemaError, check, found
+from ..checkpoint import from_file
 from ..hooks import HookHandle, check_hookable, register_module_hook, tensor_leaves
 from ..reducers import Reducer
 from ..reducers._state import load_state, save_state
+from ._parts import Construct
 
 __all__ = ["COUNTERS", "TAG", "Monitor", "MonitorConstructor"]
 
 TAG = "hookscope.monitor"
 COUNTERS = ("recorded", "filtered", "gated", "incomplete")
+_TRANSIENT = ("_lock", "_module", "_handles", "_pending", "_parameter")  # per process and per attachment
 MonitorT = TypeVar("MonitorT", bound="Monitor")
 MonitorConstructor = Callable[[str, nn.Module], "Monitor"]
 
@@ -90,11 +92,9 @@ class Monitor:
         constructor takes more (`StateMonitor`, `DifferenceMonitor`, `ParameterGradMonitor`) override this.
         """
 
-        def construct(attr: str, module: nn.Module) -> MonitorT:
-            return cls(own_copy(reducer), submodule(module, attr), train_update, eval_update, prepend, filter_, map_)
+        return Construct(cls, reducer, (train_update, eval_update, prepend, filter_, map_), attr_is_argument=False)
 
-        return construct
-
+    @checked()
     def __init__(
         self,
         reducer: Reducer,
@@ -105,11 +105,6 @@ class Monitor:
         filter_: Callable[..., bool] | None = None,
         map_: Callable[..., Any] | None = None,
     ) -> None:
-        if not isinstance(reducer, Reducer):
-            raise TypeError(f"reducer must be a hookscope Reducer, got {type(reducer).__name__}")
-        for name, flag in (("train_update", train_update), ("eval_update", eval_update), ("prepend", prepend)):
-            if not isinstance(flag, bool):
-                raise TypeError(f"{name} must be a bool, got {flag!r}")
         self.reducer = reducer
         self.train_update, self.eval_update, self.prepend = train_update, eval_update, prepend
         self.filter_ = filter_  # None: the class default (kept apart to avoid a monitor -> bound method cycle)
@@ -221,19 +216,42 @@ class Monitor:
         return {"type": type(self).__name__, "counts": counts, "reducer": self.reducer.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what `state_dict()` returned, so that recording continues where it stopped.
+        """Restore what `state_dict()` returned, so that recording continues where it stopped; all or nothing.
 
         Raises:
-            ValueError: `state` comes from another monitor type, or from another reducer type or config.
+            ValueError: `state` comes from another monitor type, or from another reducer type or config, or does
+                not fit the format (the field is named); the monitor is left as it was.
         """
-        if state.get("type") != type(self).__name__:
-            raise ValueError(
-                f"state must come from a {type(self).__name__}, got one from {state.get('type')!r}; build the same "
-                "monitor type before loading"
-            )
+        self.check_state(state)
         self.reducer.load_state_dict(state["reducer"])
         with self._lock:
-            self._counts = {name: int(state["counts"].get(name, 0)) for name in COUNTERS}
+            self._counts = {name: state["counts"][name] for name in COUNTERS}
+
+    def state_schema(self) -> Record:
+        """The format of `state_dict()`; the reducer's part is checked by the reducer (`Reducer.check_state`)."""
+        return Record(
+            type=Const(type(self).__name__, "the monitor type that loads it"),
+            counts=Record({name: Int(min=0) for name in COUNTERS}),
+            reducer=Part("the reducer"),
+        )
+
+    def check_state(self, state: Any, at: str = "state") -> None:
+        """Check `state` in full (the reducer's part included) against this monitor's format; change nothing.
+
+        Raises:
+            SchemaError: the first field that does not fit (a `ValueError`).
+        """
+        if not isinstance(state, dict):
+            raise SchemaError("state", at, f"must be a {type(self).__name__}.state_dict(), got {found(state)}")
+        if state.get("type") != type(self).__name__:
+            raise SchemaError(
+                "state",
+                f"{at}.type",
+                f"must come from a {type(self).__name__}, got one from {state.get('type')!r}; build the same "
+                "monitor type before loading",
+            )
+        check(self.state_schema(), state, at=at)
+        self.reducer.check_state(state["reducer"], at=f"{at}.reducer")
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the state atomically to `path` (safetensors + JSON) and return the path."""
@@ -241,7 +259,23 @@ class Monitor:
 
     def load(self, path: str | os.PathLike[str]) -> None:
         """Restore the state `save(path)` wrote (never unpickles)."""
-        self.load_state_dict(load_state(path, kind="monitor"))
+        state = load_state(path, kind="monitor")
+        with from_file(path):
+            self.load_state_dict(state)
+
+    # ----------------------------------------------------------------- copies
+    def __getstate__(self) -> dict[str, Any]:
+        """A deep copy or a pickle is an unattached monitor with the same state (hooks stay with the original)."""
+        with self._lock:
+            state = {name: value for name, value in self.__dict__.items() if name not in _TRANSIENT}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self._module, self._handles = None, []
+        self._detached_copy()
+        self._clear_pending()
 
     # ----------------------------------------------------------------- for subclasses
     def _attach(self, module: nn.Module) -> list[HookHandle]:
@@ -252,6 +286,9 @@ class Monitor:
 
     def _clear_pending(self) -> None:
         """Forget per-call state (values waiting for their forward to end)."""
+
+    def _detached_copy(self) -> None:
+        """Drop what ties a copy to the original's module (called on a deep copy or an unpickled monitor)."""
 
     def _default_filter(self, *observation: Any) -> bool:
         return any(True for _ in tensor_leaves(observation))
@@ -298,58 +335,3 @@ class Monitor:
         target = "None" if module is None else type(module).__name__
         state = "registered" if self.is_registered else "not registered"
         return f"{type(self).__name__}(reducer={self.reducer!r}, module={target}, path={self._path!r}, {state})"
-
-
-def resolve(root: object, attr: str) -> Any:
-    """Return the (dotted) attribute `attr` of `root`."""
-    value = root
-    for name in attr.split("."):
-        value = getattr(value, name)
-    return value
-
-
-def check_attribute(module: nn.Module, attr: object) -> None:
-    """Raise unless the dotted attribute `attr` exists on `module`, naming the closest attributes.
-
-    Raises:
-        TypeError: `attr` is not a string.
-        ValueError: the attribute does not exist.
-    """
-    if not isinstance(attr, str) or not attr:
-        raise TypeError(f"attr must be a non-empty (dotted) attribute name, got {attr!r}")
-    try:
-        resolve(module, attr)
-    except AttributeError:
-        names = [name for name, _ in module.named_parameters()] + [name for name, _ in module.named_buffers()]
-        names += [name for name in vars(module) if not name.startswith("_")]
-        close = closest_names(attr, names)
-        hint = f" Closest: {', '.join(repr(c) for c in close)}." if close else ""
-        raise ValueError(f"attr must name an attribute of the {type(module).__name__}, got {attr!r}.{hint}") from None
-
-
-def submodule(module: nn.Module, attr: str) -> nn.Module:
-    """Return the submodule at dotted path `attr` of `module` (`module` itself for `""`).
-
-    Raises:
-        ValueError: there is no such submodule (the message lists the closest paths).
-    """
-    if not attr:
-        return module
-    try:
-        return module.get_submodule(attr)
-    except AttributeError:
-        close = closest_names(attr, [name for name, _ in module.named_modules() if name])
-        hint = f" Closest: {', '.join(repr(c) for c in close)}." if close else ""
-        raise ValueError(f"attr must name a submodule of the {type(module).__name__}, got {attr!r}.{hint}") from None
-
-
-def own_copy(reducer: Reducer) -> Reducer:
-    """Return a copy of `reducer` for one monitor built by a partial constructor."""
-    return copy.deepcopy(reducer)
-
-
-def as_tensors(value: Any) -> tuple[torch.Tensor, ...]:
-    """Return the tensors of `value` (numbers become 0-d tensors), for pushing into a reducer."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return (torch.as_tensor(value),)
-    return tuple(tensor for _, tensor in tensor_leaves(value))

@@ -10,9 +10,11 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .._check import checked
 from ..hooks import HookHandle, map_tensors, tensor_leaves
 from ..reducers import Reducer
-from ._base import Monitor, MonitorConstructor, as_tensors, check_attribute, own_copy, resolve
+from ._base import Monitor, MonitorConstructor
+from ._parts import Construct, as_tensors, check_attribute, resolve
 
 __all__ = ["DifferenceMonitor", "InputMonitor", "OutputMonitor", "StateMonitor"]
 
@@ -93,6 +95,7 @@ class StateMonitor(Monitor):
         ValueError: `module` has no attribute `attr` (the closest names are listed).
     """
 
+    @checked()
     def __init__(
         self,
         reducer: Reducer,
@@ -141,10 +144,8 @@ class StateMonitor(Monitor):
         Every argument is passed through; each monitor gets its own copy of `reducer`.
         """
 
-        def construct(attr: str, module: nn.Module) -> StateMonitor:
-            return cls(own_copy(reducer), attr, module, as_prehook, train_update, eval_update, prepend, filter_, map_)
-
-        return construct
+        rest = (as_prehook, train_update, eval_update, prepend, filter_, map_)
+        return Construct(cls, reducer, rest, attr_is_argument=True)
 
 
 class _Gated:
@@ -190,6 +191,7 @@ class DifferenceMonitor(Monitor):
         [0.2, 0.3]
     """
 
+    @checked()
     def __init__(
         self,
         reducer: Reducer,
@@ -269,10 +271,8 @@ class DifferenceMonitor(Monitor):
         Every argument is passed through, `op_` included; each monitor gets its own copy of `reducer`.
         """
 
-        def construct(attr: str, module: nn.Module) -> DifferenceMonitor:
-            return cls(own_copy(reducer), attr, module, train_update, eval_update, prepend, filter_, map_, op_)
-
-        return construct
+        rest = (train_update, eval_update, prepend, filter_, map_, op_)
+        return Construct(cls, reducer, rest, attr_is_argument=True)
 
 
 def _snapshot(value: Any) -> Any:

@@ -9,9 +9,11 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .._check import checked
 from ..hooks import HookHandle, register_output_grad_hook, register_post_accumulate_grad_hook
 from ..reducers import Reducer
-from ._base import TAG, Monitor, MonitorConstructor, _MonitorHook, check_attribute, own_copy, resolve
+from ._base import TAG, Monitor, MonitorConstructor, _MonitorHook
+from ._parts import Construct, check_attribute, resolve
 
 __all__ = ["OutputGradMonitor", "ParameterGradMonitor"]
 
@@ -83,6 +85,7 @@ class ParameterGradMonitor(Monitor):
         [[1.0, 2.0]]
     """
 
+    @checked()
     def __init__(
         self,
         reducer: Reducer,
@@ -97,6 +100,9 @@ class ParameterGradMonitor(Monitor):
         self.attr = attr
         self._parameter: weakref.ref[torch.Tensor] | None = None
         super().__init__(reducer, module, train_update, eval_update, prepend, filter_, map_)
+
+    def _detached_copy(self) -> None:
+        self._parameter = None
 
     def _check_target(self, module: nn.Module) -> None:
         check_attribute(module, self.attr)
@@ -141,7 +147,4 @@ class ParameterGradMonitor(Monitor):
         Every argument is passed through; each monitor gets its own copy of `reducer`.
         """
 
-        def construct(attr: str, module: nn.Module) -> ParameterGradMonitor:
-            return cls(own_copy(reducer), attr, module, train_update, eval_update, prepend, filter_, map_)
-
-        return construct
+        return Construct(cls, reducer, (train_update, eval_update, prepend, filter_, map_), attr_is_argument=True)

@@ -10,12 +10,19 @@ from typing import Any
 
 import torch.nn as nn
 
+from .._check import check_callable, checked
 from .._errors import closest_names
-from ..hooks import Selector, select_modules
+from .._schema import Const, MapOf, Part, Record, SchemaError, check, found
+from ..checkpoint import from_file
+from ..hooks import Selector
+from ..hooks._select import choose_modules
 from ..reducers._state import load_state, save_state
 from ._base import Monitor, MonitorConstructor
 
 __all__ = ["MonitorPool"]
+
+STATE = Record(type=Const("MonitorPool", "a pool's state"), monitors=MapOf(Part("a monitor")))
+"""The format of `MonitorPool.state_dict()`; each monitor checks its own part (`Monitor.check_state`)."""
 
 
 class MonitorPool(Mapping[str, Monitor]):
@@ -49,11 +56,11 @@ class MonitorPool(Mapping[str, Monitor]):
         (['0', '2'], 8)
     """
 
+    @checked()
     def __init__(
         self, constructor: MonitorConstructor, model: nn.Module | None = None, selector: Selector = None, attr: str = ""
     ) -> None:
-        if not callable(constructor):
-            raise TypeError(f"constructor must be callable as (attr, module) -> Monitor, got {constructor!r}")
+        check_callable("constructor", constructor, 2, "constructor(attr, module) -> Monitor")
         self.constructor = constructor
         self.selector = selector
         self.attr = attr
@@ -121,7 +128,7 @@ class MonitorPool(Mapping[str, Monitor]):
     def _build(self, model: nn.Module) -> MonitorPool:
         built: dict[str, Monitor] = {}
         try:
-            for path, module in select_modules(model, self.selector):
+            for path, module in choose_modules(model, self.selector, "selector"):
                 built[path] = monitor = self.constructor(self.attr, module)
                 if not isinstance(monitor, Monitor):
                     raise TypeError(f"constructor must return a Monitor, got {type(monitor).__name__} for {path!r}")
@@ -179,20 +186,32 @@ class MonitorPool(Mapping[str, Monitor]):
     def load_state_dict(self, state: dict[str, Any], strict: bool = True) -> None:
         """Restore every monitor's state from `state_dict()`, by path.
 
+        Every monitor's state is checked before any is loaded: a refused state leaves the whole pool as it was.
+
         Raises:
+            TypeError: `strict` is not a bool.
             ValueError: with `strict`, the saved paths and the pool's differ (both lists are given); or a
-                monitor's state does not fit (another type or reducer).
+                monitor's state does not fit (another type or reducer, a malformed field: the field is named).
         """
-        saved = state.get("monitors", {})
+        if not isinstance(strict, bool):
+            raise TypeError(f"strict must be a bool, got {strict!r}")
+        if not isinstance(state, dict):
+            raise SchemaError("state", "state", f"must be a MonitorPool.state_dict(), got {found(state)}")
+        check(STATE, state)
+        saved = state["monitors"]
         missing, unexpected = sorted(set(self._monitors) - set(saved)), sorted(set(saved) - set(self._monitors))
         if strict and (missing or unexpected):
-            raise ValueError(
-                f"state must hold the pool's module paths: missing {missing}, unexpected {unexpected}; select the "
-                "same modules, or pass strict=False to load the common ones"
+            raise SchemaError(
+                "state",
+                "state.monitors",
+                f"must hold the pool's module paths: missing {missing}, unexpected {unexpected}; select the same "
+                "modules, or pass strict=False to load the common ones",
             )
-        for path, monitor in self._monitors.items():
-            if path in saved:
-                monitor.load_state_dict(saved[path])
+        common = [(path, monitor) for path, monitor in self._monitors.items() if path in saved]
+        for path, monitor in common:
+            monitor.check_state(saved[path], at=f"state.monitors[{path!r}]")
+        for path, monitor in common:
+            monitor.load_state_dict(saved[path])
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write every monitor's state atomically to one file (safetensors + JSON) and return the path."""
@@ -200,7 +219,13 @@ class MonitorPool(Mapping[str, Monitor]):
 
     def load(self, path: str | os.PathLike[str], strict: bool = True) -> None:
         """Restore the state `save(path)` wrote (never unpickles)."""
-        self.load_state_dict(load_state(path, kind="monitor_pool"), strict=strict)
+        state = load_state(path, kind="monitor_pool")
+        with from_file(path):
+            self.load_state_dict(state, strict=strict)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A deep copy or a pickle is an unregistered pool of unattached copies of the monitors, same state."""
+        return {**self.__dict__, "_model": None}
 
     def __repr__(self) -> str:
         return f"MonitorPool({len(self)} monitors: {list(self._monitors)[:5]}{'...' if len(self) > 5 else ''})"

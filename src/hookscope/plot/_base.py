@@ -13,6 +13,8 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
+from .._check import checked
+
 __all__ = [
     "MAX_LEGEND",
     "as_array",
@@ -31,6 +33,7 @@ MAX_LEGEND = 12
 """Above this many lines a panel colours lines by depth and leaves the legend out."""
 
 
+@checked()
 def neutralize(value: object) -> str:
     """Return `str(value)` with bidi controls and other control/format characters shown as `<U+XXXX>`."""
     out = []

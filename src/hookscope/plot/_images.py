@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from .._check import FIGSIZE, checked
 from ._base import as_array, axes_or_new, new_figure
 
 if TYPE_CHECKING:
@@ -19,6 +20,7 @@ __all__ = ["color_dim", "layer_stats"]
 Series = torch.Tensor | Sequence[float] | np.ndarray[Any, Any]
 
 
+@checked(figsize=FIGSIZE)
 def color_dim(
     hist: torch.Tensor | np.ndarray[Any, Any], figsize: tuple[float, float] = (10, 5), ax: Axes | None = None
 ) -> Figure:
@@ -45,6 +47,7 @@ def color_dim(
     return figure
 
 
+@checked(figsize=FIGSIZE)
 def layer_stats(
     means: Series, stds: Series, near_zeros: Series, figsize: tuple[float, float] = (12, 3.5), title: str = ""
 ) -> Figure:

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._check import FINITE, POSITIVE, checked
+from .._errors import unknown_name
 from ._base import as_array, axes_or_new, draw_lines, label, new_figure, nonfinite_note, steps_of
 
 if TYPE_CHECKING:
@@ -51,12 +53,20 @@ def in_model_order(results: WatchResults, names: Iterable[str]) -> list[str]:
     return [name for _, name in sorted(ranked, key=lambda pair: pair[0])]
 
 
+@checked()
 def params_of(results: WatchResults, path: str) -> list[str]:
-    """Return the parameter names recorded in `results` that belong directly to the module at `path`."""
+    """Return the parameter names recorded in `results` that belong directly to the module at `path`.
+
+    Raises:
+        ValueError: `path` is not a layer of `results`.
+    """
+    if path not in results.layers:
+        raise ValueError(unknown_name("path", path, results.layers, what="layer path"))
     names = dict.fromkeys([*results.param_grads, *results.update_ratios])
     return sorted(name for name in names if name.rpartition(".")[0] == path)
 
 
+@checked()
 def plot_activations(results: WatchResults, layers: Iterable[str] | None = None) -> Figure:
     """Draw each layer's output mean, std and % near zero over steps, one line per layer, in three panels.
 
@@ -74,6 +84,7 @@ def plot_activations(results: WatchResults, layers: Iterable[str] | None = None)
     return figure
 
 
+@checked()
 def plot_gradient_flow(results: WatchResults, layers: Iterable[str] | None = None, *, source: str = "output") -> Figure:
     """Draw gradient L2 norms per layer over steps on a log scale (gradient flow).
 
@@ -95,6 +106,7 @@ def plot_gradient_flow(results: WatchResults, layers: Iterable[str] | None = Non
     return figure
 
 
+@checked(guide=(POSITIVE, FINITE))
 def plot_update_ratios(
     results: WatchResults, params: Iterable[str] | None = None, *, guide: float = UPDATE_RATIO_GUIDE
 ) -> Figure:
@@ -117,6 +129,7 @@ def _guide_line(ax: Axes, guide: float) -> None:
     ax.text(0.99, guide, f"{guide:g}", color="crimson", ha="right", va="bottom", transform=ax.get_yaxis_transform())
 
 
+@checked()
 def plot_loss(results: WatchResults) -> Figure:
     """Draw the logged loss over steps (log scale when it stays positive).
 
@@ -132,6 +145,7 @@ def plot_loss(results: WatchResults) -> Figure:
     return figure
 
 
+@checked()
 def plot_histogram(results: WatchResults, layer: str, ax: Axes | None = None) -> Figure:
     """Draw a layer's output histogram over steps as an image (log1p counts; value on y, step on x).
 
@@ -154,6 +168,7 @@ def plot_histogram(results: WatchResults, layer: str, ax: Axes | None = None) ->
     return figure
 
 
+@checked()
 def plot_unit_activity(results: WatchResults, layer: str, ax: Axes | None = None) -> Figure:
     """Draw the fraction of positive outputs of each unit of `layer`, sorted (dead units sit at 0).
 
@@ -173,6 +188,7 @@ def plot_unit_activity(results: WatchResults, layer: str, ax: Axes | None = None
     return figure
 
 
+@checked()
 def plot_layer(results: WatchResults, path: str) -> Figure:
     """Draw one layer at a glance: activation mean/std, % near zero, gradient norms, update ratios, histogram and
     unit activity (panels with nothing recorded say so).

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from .._check import checked
 from ..stats import auto_edges, check_bins, exponent_of
 from ..stats import counts as hist_counts
 from ._base import as_array, label, new_figure
@@ -25,6 +26,7 @@ MAX_WEIGHT_PANELS = 24
 Histograms = Mapping[str, tuple[torch.Tensor, torch.Tensor]]
 
 
+@checked()
 def weight_histograms(
     weights: nn.Module | Mapping[str, torch.Tensor], bins: int = 40
 ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
@@ -54,13 +56,25 @@ def weight_histograms(
     return out
 
 
+@checked()
 def plot_weights(weights: nn.Module | Mapping[str, torch.Tensor], bins: int = 40) -> Figure:
     """Draw the distribution of each parameter of a model (or of a name -> tensor mapping), one panel each."""
     return plot_weight_histograms(weight_histograms(weights, bins))
 
 
+@checked()
 def plot_weight_histograms(histograms: Histograms) -> Figure:
-    """Draw histograms from `weight_histograms` (or loaded from a report), one panel per parameter."""
+    """Draw histograms from `weight_histograms` (or loaded from a report), one panel per parameter.
+
+    Raises:
+        ValueError: a histogram's edges are not one more than its counts.
+    """
+    for name, (saved_counts, saved_edges) in histograms.items():
+        if saved_edges.numel() != saved_counts.numel() + 1:
+            raise ValueError(
+                f"histograms[{name!r}] must hold (counts, edges) with one more edge than counts, got "
+                f"{saved_counts.numel()} counts and {saved_edges.numel()} edges (use weight_histograms(model))"
+            )
     names = list(histograms)[:MAX_WEIGHT_PANELS]
     columns = min(4, max(len(names), 1))
     rows = max(math.ceil(len(names) / columns), 1)

@@ -6,6 +6,8 @@ from typing import Any
 
 import torch
 
+from .._check import checked
+from .._schema import FLOAT, Int, Optional, Record, Rule, Tensor
 from ._base import Reducer, accumulate_dtype, move, single
 
 __all__ = ["CAReducer", "EMAReducer"]
@@ -16,6 +18,15 @@ _SHAPE_POLICIES = ("drop", "restart")
 class _RunningReducer(Reducer):
     """An element-wise running value, accumulated in float32 or wider, with a policy for shape changes."""
 
+    STATE = Record(
+        value=Optional(Tensor(FLOAT)),
+        count=Int(min=0),
+        rules=[
+            Rule("value", lambda s: (s["value"] is None) == (s["count"] == 0), "must be None exactly when count is 0")
+        ],
+    )
+
+    @checked()
     def __init__(self, on_shape_change: str = "drop") -> None:
         if on_shape_change not in _SHAPE_POLICIES:
             raise ValueError(f"on_shape_change must be one of {_SHAPE_POLICIES}, got {on_shape_change!r}")
@@ -65,7 +76,7 @@ class _RunningReducer(Reducer):
     def _load(self, state: dict[str, Any]) -> None:
         value = state["value"]
         self._value = None if value is None else value.clone()
-        self._count = int(state["count"])
+        self._count = state["count"]
 
 
 class EMAReducer(_RunningReducer):
@@ -91,6 +102,7 @@ class EMAReducer(_RunningReducer):
         3.0
     """
 
+    @checked()
     def __init__(self, alpha: float, on_shape_change: str = "drop") -> None:
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha <= 1:
             raise ValueError(f"alpha must be a number in (0, 1], got {alpha!r}")

@@ -15,6 +15,9 @@ from typing import Any, ClassVar, TypeVar
 
 import torch
 
+from .._check import hint_for
+from .._schema import Const, Field, Int, Record, SchemaError, check, found
+from ..checkpoint import from_file
 from ..stats import accumulate_dtype, wide_dtype
 from ._state import load_state, save_state
 
@@ -34,6 +37,8 @@ class Reducer(ABC):
     """
 
     keeps_history: ClassVar[bool] = False
+    STATE: ClassVar[Field] = Record()
+    """The format of the tensor state (`state_dict()["state"]`), declared by each reducer next to `_state()`."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -129,23 +134,47 @@ class Reducer(ABC):
                 "state": self._state(),
             }
 
+    def state_schema(self) -> Record:
+        """The format of `state_dict()` for this reducer (its type and configuration included)."""
+        return Record(
+            type=Const(type(self).__name__, "the reducer type that loads it"),
+            config=Const(self.config(), "the configuration of the reducer that loads it"),
+            pushes=Int(min=0),
+            dropped=Int(min=0),
+            state=self.STATE,
+        )
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what `state_dict()` returned, on this reducer's device.
+        """Restore what `state_dict()` returned, on this reducer's device; all or nothing.
 
         Raises:
-            ValueError: `state` comes from another reducer type or configuration.
+            ValueError: `state` comes from another reducer type or configuration, or does not fit the format
+                (the field is named); the reducer is left as it was.
         """
-        found = (state.get("type"), state.get("config"))
-        if found != (type(self).__name__, self.config()):
-            raise ValueError(
-                f"state must come from a {type(self).__name__} with config {self.config()}, got {found[0]} with "
-                f"config {found[1]}; build the reducer with the same arguments before loading"
-            )
+        self.check_state(state)
         with self._lock:
             self._load(state["state"])
-            self._pushes = int(state["pushes"])
-            self._dropped = int(state["dropped"])
+            self._pushes = state["pushes"]
+            self._dropped = state["dropped"]
             self._move(self._device)
+
+    def check_state(self, state: Any, at: str = "state") -> None:
+        """Check `state` in full against this reducer's format; change nothing.
+
+        Raises:
+            SchemaError: the first field that does not fit (a `ValueError`).
+        """
+        if not isinstance(state, dict):
+            raise SchemaError("state", at, f"must be a {type(self).__name__}.state_dict(), got {found(state)}")
+        seen = (state.get("type"), state.get("config"))
+        if seen != (type(self).__name__, self.config()):
+            raise SchemaError(
+                "state",
+                f"{at}.type" if seen[0] != type(self).__name__ else f"{at}.config",
+                f"must come from a {type(self).__name__} with config {self.config()}, got {seen[0]} with config "
+                f"{seen[1]}; build the reducer with the same arguments before loading",
+            )
+        check(self.state_schema(), state, at=at, bind=self._sizes())
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the state atomically to `path` (safetensors + JSON) and return the path."""
@@ -157,7 +186,9 @@ class Reducer(ABC):
         Raises:
             ValueError: the file is not a reducer file, or holds another reducer type or configuration.
         """
-        self.load_state_dict(load_state(path, kind="reducer"))
+        state = load_state(path, kind="reducer")
+        with from_file(path):
+            self.load_state_dict(state)
 
     @abstractmethod
     def _push(self, tensors: tuple[torch.Tensor, ...]) -> None:
@@ -177,7 +208,11 @@ class Reducer(ABC):
 
     @abstractmethod
     def _load(self, state: dict[str, Any]) -> None:
-        """Restore the tensor state returned by `_state()`."""
+        """Restore the tensor state returned by `_state()`, already checked against `STATE` (cannot fail)."""
+
+    def _sizes(self) -> dict[str, int]:
+        """Sizes `STATE`'s symbols take in this reducer (from its configuration)."""
+        return {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -191,6 +226,9 @@ class Reducer(ABC):
     def __repr__(self) -> str:
         arguments = ", ".join(f"{name}={value!r}" for name, value in self.config().items())
         return f"{type(self).__name__}({arguments})"
+
+
+hint_for(Reducer, "a reducer such as StatsReducer(), HistogramReducer(bins=40) or HistoryReducer()")
 
 
 def move(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:

@@ -6,6 +6,8 @@ from typing import Any
 
 import torch
 
+from .._check import checked
+from .._schema import FLOAT, INT, Record, Tensor
 from ..stats import (
     EXPONENT_NONE,
     OVERFLOW,
@@ -50,6 +52,13 @@ class HistogramReducer(Reducer):
         ([1, 1, 1, 1], [-2.0, -1.0, 0.0, 1.0, 2.0])
     """
 
+    STATE = Record(
+        counts=Tensor(FLOAT, shape=("bins+2",)),
+        exponent=Tensor(INT, shape=()),
+        nonfinite=Tensor(INT, shape=()),
+    )
+
+    @checked()
     def __init__(self, bins: int, range: tuple[float, float] | None = None) -> None:
         self.bounds = check_range("range", range)
         self.bins = check_bins("bins", bins, automatic=self.bounds is None)
@@ -122,6 +131,9 @@ class HistogramReducer(Reducer):
 
     def _state(self) -> dict[str, Any]:
         return dict(self._acc)
+
+    def _sizes(self) -> dict[str, int]:
+        return {"bins": self.bins}
 
     def _load(self, state: dict[str, Any]) -> None:
         self._acc = {name: state[name].clone() for name in ("counts", "exponent", "nonfinite")}

@@ -6,6 +6,8 @@ from typing import Any
 
 import torch
 
+from .._check import DEVICE, checked
+from .._schema import ListOf, Record, Tensor
 from ._base import Reducer, single
 
 __all__ = ["HistoryReducer", "PassthroughReducer"]
@@ -35,7 +37,9 @@ class HistoryReducer(Reducer):
     """
 
     keeps_history = True
+    STATE = Record(kept=ListOf(Tensor(), max_length="capacity"))
 
+    @checked(device=DEVICE)
     def __init__(self, capacity: int | None = None, device: torch.device | str | None = None) -> None:
         if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1):
             raise ValueError(f"capacity must be a positive int or None, got {capacity!r}")
@@ -111,6 +115,9 @@ class HistoryReducer(Reducer):
 
     def _state(self) -> dict[str, Any]:
         return {"kept": self._ordered()}
+
+    def _sizes(self) -> dict[str, int]:
+        return {} if self.capacity is None else {"capacity": self.capacity}
 
     def _load(self, state: dict[str, Any]) -> None:
         kept = [t.clone() for t in state["kept"]]

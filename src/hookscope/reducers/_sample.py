@@ -2,14 +2,32 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
+from .._check import checked, shown
+from .._schema import FLOAT, INT, Int, Optional, Record, Rule, Str, Tensor
 from ._base import Reducer, move, wide_dtype
 
 __all__ = ["QuantileReducer", "ReservoirReducer"]
+
+
+def _generator_fits(state: Mapping[str, Any]) -> bool:
+    """Whether a saved generator state can be restored (a device type absent here is re-seeded, not refused)."""
+    saved, device = state["generator"], state["generator_device"]
+    if saved is None:
+        return True
+    try:
+        generator = torch.Generator(device=device)
+    except (RuntimeError, TypeError):
+        return True  # no such device here: `_load` leaves the generator to be seeded again
+    try:
+        generator.set_state(saved.clone())
+    except RuntimeError:
+        return False
+    return True
 
 
 class ReservoirReducer(Reducer):
@@ -39,6 +57,18 @@ class ReservoirReducer(Reducer):
         (torch.Size([3]), 97)
     """
 
+    STATE = Record(
+        values=Tensor(FLOAT, shape=("capacity",)),
+        keys=Tensor(FLOAT, shape=("capacity",)),
+        order=Tensor(INT, shape=("capacity",)),
+        nonfinite=Tensor(INT, shape=()),
+        seen=Int(min=0),
+        generator=Optional(Tensor(("uint8",), shape=("*",))),
+        generator_device=Optional(Str()),
+        rules=[Rule("generator", _generator_fits, "must be a torch.Generator state of the generator_device")],
+    )
+
+    @checked()
     def __init__(self, capacity: int, seed: int = 0) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise ValueError(f"capacity must be a positive int, got {capacity!r}")
@@ -91,14 +121,19 @@ class ReservoirReducer(Reducer):
         """Estimate the quantiles `q` (in [0, 1]) of every finite value pushed from the sample.
 
         Raises:
-            ValueError: a quantile is outside [0, 1].
+            TypeError: `q` is not a number, a sequence of numbers or a tensor.
+            ValueError: a quantile is outside [0, 1], or NaN.
         """
+        try:
+            checked_levels = torch.as_tensor(q, dtype=torch.float64, device="cpu")
+        except (TypeError, ValueError, RuntimeError):
+            raise TypeError(f"q must be a level in [0, 1], or a sequence or tensor of them, got {shown(q)}") from None
+        if not bool(((checked_levels >= 0) & (checked_levels <= 1)).all()):  # NaN fails both comparisons
+            raise ValueError(f"q must be in [0, 1] (every level), got {shown(q)}")
         sample = self._kept()
         if sample is None:
             return None
-        levels = torch.as_tensor(q, dtype=sample.dtype, device=sample.device)
-        if bool(((levels < 0) | (levels > 1)).any()):
-            raise ValueError(f"q must be in [0, 1], got {q!r}")
+        levels = checked_levels.to(dtype=sample.dtype, device=sample.device)
         if sample.numel() == 0:
             return torch.full_like(levels, float("nan"))
         return torch.quantile(sample, levels)
@@ -154,13 +189,17 @@ class ReservoirReducer(Reducer):
             "generator_device": None if generator is None else generator.device.type,
         }
 
+    def _sizes(self) -> dict[str, int]:
+        return {"capacity": self.capacity}
+
     def _load(self, state: dict[str, Any]) -> None:
-        self._acc = {name: state[name].clone() for name in ("values", "keys", "order", "nonfinite")}
-        self._seen = int(state["seen"])
-        self._generator = None
+        generator = None
         if state["generator"] is not None and state["generator_device"] == self._device.type:
-            self._generator = torch.Generator(device=self._device)
-            self._generator.set_state(state["generator"].clone())
+            generator = torch.Generator(device=self._device)
+            generator.set_state(state["generator"].clone())
+        self._acc = {name: state[name].clone() for name in ("values", "keys", "order", "nonfinite")}
+        self._seen = state["seen"]
+        self._generator = generator
 
 
 class QuantileReducer(ReservoirReducer):
@@ -184,6 +223,7 @@ class QuantileReducer(ReservoirReducer):
         50.0
     """
 
+    @checked()
     def __init__(self, q: float | Sequence[float], capacity: int = 4096, seed: int = 0) -> None:
         levels = [float(q)] if isinstance(q, (int, float)) else [float(level) for level in q]
         if not levels or not all(0.0 <= level <= 1.0 for level in levels):

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 import torch
 
-from ..stats import NEAR_ZERO, STATISTICS, Spec, accumulate_dtype, combine, describe, empty, finalize
+from .._check import FINITE, NON_NEGATIVE, checked
+from .._schema import FLOAT, Record, Tensor
+from ..stats import NEAR_ZERO, RECORD, STATISTICS, Spec, accumulate_dtype, combine, describe, empty, finalize
 from ._base import Reducer, move
 
 __all__ = ["Stats", "StatsReducer"]
@@ -63,11 +64,10 @@ class StatsReducer(Reducer):
         (3, 2.0, 1.0, 1)
     """
 
+    STATE = Record(record=Tensor(FLOAT, shape=(len(RECORD),)))
+
+    @checked(near_zero=(FINITE, NON_NEGATIVE))
     def __init__(self, near_zero: float = NEAR_ZERO) -> None:
-        if isinstance(near_zero, bool) or not isinstance(near_zero, (int, float)) or not 0 <= near_zero < math.inf:
-            raise ValueError(
-                f"near_zero must be a finite number >= 0 (|x| <= near_zero is near zero), got {near_zero!r}"
-            )
         super().__init__()
         self.near_zero = float(near_zero)
         self._spec = Spec(near_zero=self.near_zero)

@@ -1,6 +1,7 @@
 """The HTML report: one self-contained page (works offline) plus the data it is drawn from.
 
-`_write.py` holds the public entry points, `write_report(out_dir, results, ...)` and `render_report(out_dir)`;
+`_write.py` holds the public entry points, `write_report(out_dir, results, ...)`, `render_report(out_dir)` and
+`save_report_data` (the data alone, drawn later by `render_report`);
 `_data.py` saves and loads what the page is drawn from (`WatchResults` as safetensors, metadata, summary and
 findings as JSON, weight histograms as safetensors; never pickles); `_html.py` builds the page from `plot`
 figures embedded as base64 PNG (no script, no CDN, a Content-Security-Policy that forbids both); `_escape.py`
@@ -11,7 +12,7 @@ The CLI (`hookscope demo`, `run`, `report`) writes its reports through here.
 from ._data import DOCUMENT_FILE, RESULTS_FILE, WEIGHTS_FILE
 from ._escape import neutralize, safe_filename
 from ._html import MAX_LAYERS
-from ._write import REPORT_FILE, render_report, write_index, write_report
+from ._write import REPORT_FILE, render_report, save_report_data, write_index, write_report
 
 __all__ = [
     "DOCUMENT_FILE",
@@ -22,6 +23,7 @@ __all__ = [
     "neutralize",
     "render_report",
     "safe_filename",
+    "save_report_data",
     "write_index",
     "write_report",
 ]

@@ -16,6 +16,7 @@ import torch
 
 from .._io import atomic_write, load_bundle, save_bundle
 from ..watch import WatchResults
+from ..watch._results import RESULTS_FILE
 
 __all__ = [
     "DOCUMENT_FILE",
@@ -29,7 +30,6 @@ __all__ = [
     "save_data",
 ]
 
-RESULTS_FILE = "results.safetensors"
 DOCUMENT_FILE = "report.json"
 WEIGHTS_FILE = "weights.safetensors"
 _WEIGHTS_KIND = "weight_histograms"

@@ -6,6 +6,7 @@ import html
 import re
 import unicodedata
 
+from .._check import checked
 from ..plot._base import neutralize
 
 __all__ = ["neutralize", "safe_filename", "text"]
@@ -18,6 +19,7 @@ def text(value: object) -> str:
     return html.escape(neutralize(value), quote=True)
 
 
+@checked()
 def safe_filename(name: str, default: str = "model") -> str:
     """Return a file name built from `name` that stays inside its folder (no separators, no dot-only names).
 

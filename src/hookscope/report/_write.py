@@ -10,16 +10,18 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .._check import checked
 from .._io import atomic_write
 from ..watch import WatchResults
-from ._data import DOCUMENT_FILE, RESULTS_FILE, WEIGHTS_FILE, load_data, prepare_data, save_data
+from ._data import DOCUMENT_FILE, RESULTS_FILE, WEIGHTS_FILE, ReportData, load_data, prepare_data, save_data
 from ._html import CSP, render_page
 
-__all__ = ["REPORT_FILE", "render_report", "write_index", "write_report"]
+__all__ = ["REPORT_FILE", "render_report", "save_report_data", "write_index", "write_report"]
 
 REPORT_FILE = "report.html"
 
 
+@checked()
 def write_report(
     out_dir: str | os.PathLike[str],
     results: WatchResults,
@@ -54,6 +56,49 @@ def write_report(
         TypeError: `results` is not a `WatchResults`.
         ValueError: `out_dir` exists and is not a folder.
     """
+    folder, data = _prepare(out_dir, results, summary, findings, meta, weights)
+    page = render_page(data)  # before any write: a failure while drawing leaves the previous report whole
+    save_data(folder, data)
+    return _readable(atomic_write(folder / REPORT_FILE, page), folder)
+
+
+def save_report_data(
+    out_dir: str | os.PathLike[str],
+    results: WatchResults,
+    *,
+    summary: Any = None,
+    findings: Iterable[Any] | None = None,
+    meta: Mapping[str, Any] | None = None,
+    weights: nn.Module | Mapping[str, torch.Tensor] | None = None,
+) -> Path:
+    """Save what `write_report` draws into `out_dir`, without drawing; `render_report(out_dir)` draws it after.
+
+    For data that matters more than its page (`hookscope run` after a long training run): nothing here needs
+    matplotlib, so the data is on disk before any drawing starts, and a drawing that fails loses nothing. The
+    arguments are `write_report`'s.
+
+    Returns:
+        The folder.
+
+    Raises:
+        TypeError: `results` is not a `WatchResults`.
+        ValueError: `out_dir` exists and is not a folder.
+    """
+    folder, data = _prepare(out_dir, results, summary, findings, meta, weights)
+    save_data(folder, data)
+    _readable(folder / RESULTS_FILE, folder)
+    return folder
+
+
+def _prepare(
+    out_dir: str | os.PathLike[str],
+    results: WatchResults,
+    summary: Any,
+    findings: Iterable[Any] | None,
+    meta: Mapping[str, Any] | None,
+    weights: nn.Module | Mapping[str, torch.Tensor] | None,
+) -> tuple[Path, ReportData]:
+    """Check the arguments, create the folder, and return it with the data the page is drawn from."""
     if not isinstance(results, WatchResults):
         raise TypeError(f"results must be a WatchResults (from watch().results()), got {type(results).__name__}")
     folder = Path(out_dir)
@@ -65,12 +110,10 @@ def write_report(
         from ..plot import weight_histograms
 
         histograms = weight_histograms(weights)
-    data = prepare_data(results, summary, findings, meta, histograms)
-    page = render_page(data)  # before any write: a failure while drawing leaves the previous report whole
-    save_data(folder, data)
-    return _readable(atomic_write(folder / REPORT_FILE, page), folder)
+    return folder, prepare_data(results, summary, findings, meta, histograms)
 
 
+@checked()
 def render_report(out_dir: str | os.PathLike[str]) -> Path:
     """Draw the report page again from the data `write_report` saved in `out_dir`; return the page's path.
 
@@ -79,6 +122,8 @@ def render_report(out_dir: str | os.PathLike[str]) -> Path:
         ValueError: A data file is not what a report writes (pickles are never loaded).
     """
     folder = Path(out_dir)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"out_dir must be a report folder, got the file {str(folder)!r}")
     return _readable(atomic_write(folder / REPORT_FILE, render_page(load_data(folder))), folder)
 
 
@@ -102,6 +147,7 @@ def _umask() -> int:
     return 0o022
 
 
+@checked()
 def write_index(out_dir: str | os.PathLike[str], pages: list[tuple[str, Path]], meta: Mapping[str, Any]) -> Path:
     """Write `out_dir/report.html` linking to one report per model (`pages`: name and path relative to it)."""
     from ._escape import text
@@ -118,4 +164,6 @@ def write_index(out_dir: str | os.PathLike[str], pages: list[tuple[str, Path]], 
         f"</head><body>{body}</body></html>\n"
     )
     folder = Path(out_dir)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"out_dir must be a folder, got the file {str(folder)!r}; pick another --out")
     return _readable(atomic_write(folder / REPORT_FILE, page), folder)

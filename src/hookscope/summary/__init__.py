@@ -1,20 +1,27 @@
 """Model summaries: fastai's probes and a full table of every module (shapes, params, FLOPs, mode, hooks).
 
-`summary(model, *args, **kwargs)` runs the model once with recording hooks (`_collect.py`) under
-`torch.no_grad()` and `FlopCounterMode` (`_flops.py` adds the formulas and turns off the fused kernels it cannot
-see), then builds one `LayerRow` per module path (`_build.py`) into a `ModelSummary` (`_table.py`) that renders as
-text or with rich (`_render.py`, pure formatting). Inputs are given or built from shapes (`_inputs.py`); shapes of
-nested values are described by `_shapes.py`. The fastai probes (`has_params`, `total_params`, `dummy_eval`,
-`model_sizes`, `num_features_model`, `layer_info`, `module_summary`) live in `_probes.py` and use the same
-recorder. Hooks go through `hookscope.hooks` only and are removed, and every module's train/eval mode restored,
-even when forward raises. Nothing here depends on monitors or callbacks.
+`summary(model, *args, **kwargs)` (`_api.py`) runs the model once with recording hooks (`_collect.py`) under
+`torch.no_grad()` and `FlopCounterMode` (`_flops.py` adds the formulas for attention, normalizations and
+activations, and turns off the fused kernels it cannot see), then builds one `LayerRow` per module path
+(`_build.py`; parameters, pruning masks and lazy modules in `_params.py`) into a `ModelSummary` (`_table.py`).
+Without inputs or a forward it runs nothing and lists the parameters. `with_backward`/`optimizer` add a training
+memory estimate (`_memory.py`). Renderings are pure: `_columns.py` (the columns and view options), `_cells.py`
+(lines and cells), `_fit.py` (shortening paths and names to fit a width, never numbers) and `_render.py` (text
+and rich). Inputs are given or built from shapes (`_inputs.py`); shapes of nested values are described by
+`_shapes.py`. The fastai probes live in `_probes.py` and use the same recorder. Hooks go through
+`hookscope.hooks` only and are removed, and every module's train/eval mode restored, even when forward raises.
 
 `hookscope.summary` (the attribute of the top-level package) is the function; import the rest from here:
 `from hookscope.summary import ModelSummary, layer_info`.
 """
 
 from ._api import summary
-from ._flops import EXTRA_FLOP_FORMULAS
+from ._columns import COLUMNS, TableView
+from ._fit import shorten_end, shorten_middle, shorten_path
+from ._flops import COUNTED_OPS, EXTRA_FLOP_FORMULAS
+from ._inputs import to_dtype
+from ._memory import OPTIMIZER_STATES, TrainingMemory
+from ._params import ParamInfo
 from ._probes import (
     dummy_eval,
     has_params,
@@ -25,13 +32,21 @@ from ._probes import (
     total_params,
 )
 from ._render import format_bytes, format_flops
+from ._shapes import ObjectShape
 from ._table import LayerRow, ModelSummary, Trainable
 
 __all__ = [
+    "COLUMNS",
+    "COUNTED_OPS",
     "EXTRA_FLOP_FORMULAS",
+    "OPTIMIZER_STATES",
     "LayerRow",
     "ModelSummary",
+    "ObjectShape",
+    "ParamInfo",
+    "TableView",
     "Trainable",
+    "TrainingMemory",
     "dummy_eval",
     "format_bytes",
     "format_flops",
@@ -40,6 +55,10 @@ __all__ = [
     "model_sizes",
     "module_summary",
     "num_features_model",
+    "shorten_end",
+    "shorten_middle",
+    "shorten_path",
     "summary",
+    "to_dtype",
     "total_params",
 ]

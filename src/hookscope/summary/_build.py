@@ -1,20 +1,25 @@
-"""Build the rows and totals of a `ModelSummary` from the module tree and one recorded forward."""
+"""Build the rows and totals of a `ModelSummary` from the module tree and one recorded forward (or none)."""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+import torch
 import torch.nn as nn
+from torch.nn.modules.lazy import LazyModuleMixin
+from torch.nn.parameter import is_lazy
 
 from ..hooks import HookInfo, list_hooks, unwrap
 from ._collect import CallRecord, ForwardRun
+from ._columns import TableView
+from ._memory import TrainingMemory
+from ._params import count_bytes, count_params, effective_counts, groups, kernel_size, own_params
 from ._shapes import describe, describe_call, tensor_bytes
 from ._table import LayerRow, ModelSummary, Trainable
 
-__all__ = ["Node", "build_summary", "trainable_of", "walk"]
+__all__ = ["BuildOptions", "Node", "build_summary", "hook_labels", "trainable_of", "walk"]
 
 
 @dataclass(frozen=True)
@@ -66,7 +71,19 @@ def hook_labels(model: nn.Module, nodes: list[Node]) -> dict[str, list[str]]:
     for info in list_hooks(model):
         path, prefix = owner_of.get(info.path, (info.path, ""))
         raw.setdefault(path, []).append(prefix + _label(info))
+    for node in nodes:  # torch's own lazy-initialization hook is no hook of the user's
+        labels = raw.get(node.path, [])
+        for _ in range(_lazy_init_hooks(node.module)):
+            if "forward_pre[user]" in labels:
+                labels.remove("forward_pre[user]")
     return {path: [f"{k} x{n}" if n > 1 else k for k, n in Counter(labels).items()] for path, labels in raw.items()}
+
+
+def _lazy_init_hooks(module: nn.Module) -> int:
+    if not isinstance(module, LazyModuleMixin):
+        return 0
+    infer = LazyModuleMixin._infer_parameters
+    return sum(getattr(hook, "__func__", None) is infer for hook in module._forward_pre_hooks.values())
 
 
 def _label(info: HookInfo) -> str:
@@ -104,38 +121,111 @@ def _with_uncalled_flops(rows: list[LayerRow]) -> tuple[LayerRow, ...]:
     return tuple(rows)
 
 
-def _bytes(tensors: Iterable[Any]) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors)
+def is_scripted(module: nn.Module) -> bool:
+    """Whether `module` is a TorchScript (scripted or traced) module."""
+    return isinstance(module, torch.jit.ScriptModule)
 
 
-def _row(node: Node, calls: list[CallRecord], hooks: list[str], owners: dict[int, list[str]], mode: str) -> LayerRow:
+def type_name(module: nn.Module) -> str:
+    """The class name of `module`; for a TorchScript module, that of the module it was made from."""
+    return (
+        str(getattr(module, "original_name", type(module).__name__)) if is_scripted(module) else type(module).__name__
+    )
+
+
+def _has_forward(module: nn.Module) -> bool:
+    return is_scripted(module) or type(module).forward is not nn.Module.forward
+
+
+@dataclass
+class _Tree:
+    """What rows need to know about the whole model: parameter owners, effective counts, calls, scripts."""
+
+    owners: dict[int, list[str]]
+    effective: dict[int, int]
+    first_calls: dict[int, int]
+    in_script: set[str] = field(default_factory=set)
+
+
+def _in_script_paths(nodes: list[Node]) -> set[str]:
+    """Paths of the scripted modules that run inside another scripted module."""
+    scripted = {node.path for node in nodes if is_scripted(node.module)}
+    return {path for path in scripted if path and _module_of(path) in scripted}
+
+
+def _row(node: Node, calls: list[CallRecord], hooks: list[str], tree: _Tree, mode: str) -> LayerRow:
     module = node.module
     alias = node.same_as is not None
     calls = [] if alias else calls
-    holders = {_module_of(name) for q in module.parameters(recurse=False) for name in owners.get(id(q), ())}
-    shares = sorted(holders - {node.path})
+    holders = {_module_of(name) for q in module.parameters(recurse=False) for name in tree.owners.get(id(q), ())}
+    parameters = list(module.parameters())
     return LayerRow(
         path=node.path,
-        type=type(module).__name__,
+        type=type_name(module),
         depth=node.depth,
         calls=len(calls),
         input_shape=calls[0].input_shape if calls else None,
         output_shape=calls[0].output_shape if calls else None,
-        params=sum(p.numel() for p in module.parameters()),
-        own_params=sum(p.numel() for p in module.parameters(recurse=False)),
+        params=count_params(parameters),
+        own_params=count_params(module.parameters(recurse=False)),
         trainable=trainable_of(module),
         flops=sum(c.flops for c in calls),
         self_flops=sum(c.self_flops for c in calls),
         mode=mode,
         hooks=() if alias else tuple(hooks),
-        shares_with=() if alias else tuple(shares),
+        shares_with=() if alias else tuple(sorted(holders - {node.path})),
         same_as=node.same_as,
-        param_bytes=_bytes(module.parameters()),
-        buffer_bytes=_bytes(module.buffers()),
+        param_bytes=count_bytes(parameters),
+        buffer_bytes=count_bytes(module.buffers()),
         output_bytes=sum(c.output_bytes for c in calls),
         is_leaf=not any(True for _ in module.children()),
-        has_forward=type(module).forward is not nn.Module.forward,
+        has_forward=_has_forward(module),
+        kernel_size=kernel_size(module),
+        groups=groups(module),
+        parameters=own_params(module),
+        effective_params=sum(tree.effective.get(id(p), 0) for p in parameters),
+        is_lazy=any(is_lazy(p) for p in parameters),
+        is_scripted=is_scripted(module),
+        in_script=node.path in tree.in_script,
+        first_call=None if alias else tree.first_calls.get(id(module)),
     )
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """How the summary was asked for and what happened around its run."""
+
+    run_mode: str
+    depth: int | None
+    no_run_reason: str | None = None
+    batch_dim: int | None = None
+    memory: TrainingMemory | None = None
+    view: TableView = field(default_factory=TableView)
+
+
+def _quoted(paths: list[str], model: str, limit: int = 3) -> str:
+    names = [repr(path) if path else f"{model} (root)" for path in paths]
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
+def _notes(model: str, options: BuildOptions, scripted: list[str], lazy: list[str]) -> list[str]:
+    notes = []
+    if options.no_run_reason is not None:
+        notes.append(f"No forward run: {options.no_run_reason}; the shape and FLOPs columns are empty")
+    if scripted:
+        notes.append(
+            f"TorchScript modules ({_quoted(scripted, model)}) run without Python hooks: the shapes and FLOPs of "
+            "the modules inside them are not known (their own calls are seen from outside)"
+        )
+    if lazy:
+        notes.append(
+            f"Uninitialized lazy parameters in {_quoted(lazy, model)}: not counted in Params (run the model once "
+            "to initialize them)"
+        )
+    if options.batch_dim is not None:
+        notes.append(f"Inputs built with a batch of 1 at dim {options.batch_dim}: shapes, FLOPs and sizes per sample")
+    return notes
 
 
 def build_summary(
@@ -143,42 +233,56 @@ def build_summary(
     nodes: list[Node],
     hooks: dict[str, list[str]],
     modes: dict[int, bool],
-    run: ForwardRun,
+    run: ForwardRun | None,
     inputs: tuple[tuple[Any, ...], dict[str, Any]],
-    run_mode: str,
-    depth: int | None,
+    options: BuildOptions,
 ) -> ModelSummary:
     """Assemble the `ModelSummary` of `model` from its tree, its hooks and modes before the run, and the run."""
+    calls = [] if run is None else run.calls
     by_module: dict[int, list[CallRecord]] = {}
-    for call in run.calls:
+    for call in calls:
         by_module.setdefault(call.module_id, []).append(call)
-    owners = _param_owners(nodes)
+    first_calls: dict[int, int] = {}
+    for index, call in enumerate(calls):
+        first_calls.setdefault(call.module_id, index)
+    unique = [n for n in nodes if n.same_as is None]
+    tree = _Tree(_param_owners(nodes), effective_counts(n.module for n in unique), first_calls, _in_script_paths(nodes))
     rows = _with_uncalled_flops(
         [
-            _row(n, by_module.get(id(n.module), []), hooks.get(n.path, []), owners, _mode(modes[id(n.module)]))
+            _row(n, by_module.get(id(n.module), []), hooks.get(n.path, []), tree, _mode(modes[id(n.module)]))
             for n in nodes
         ]
     )
     parameters = list(model.parameters())
-    shared = {id(p) for p in parameters if len(owners.get(id(p), ())) > 1}
-    shared_names = tuple(tuple(owners[id(p)]) for p in parameters if id(p) in shared)
+    shared = {id(p) for p in parameters if len(tree.owners.get(id(p), ())) > 1}
+    scripted = [n.path for n in unique if is_scripted(n.module) and n.path not in tree.in_script]
+    lazy = [n.path for n in unique if any(is_lazy(p) for p in n.module.parameters(recurse=False))]
+    has_run = run is not None
     return ModelSummary(
-        model=type(model).__name__,
+        model=type_name(model),
         rows=rows,
-        input_shape=describe_call(*inputs),
-        output_shape=describe(run.output),
-        total_params=sum(p.numel() for p in parameters),
-        trainable_params=sum(p.numel() for p in parameters if p.requires_grad),
-        shared_params=sum(p.numel() for p in parameters if id(p) in shared),
-        shared_names=shared_names,
-        param_bytes=_bytes(parameters),
-        buffer_bytes=_bytes(model.buffers()),
-        input_bytes=tensor_bytes(inputs),
+        input_shape=describe_call(*inputs) if has_run else None,
+        output_shape=describe(run.output) if run is not None else None,
+        total_params=count_params(parameters),
+        trainable_params=count_params(p for p in parameters if p.requires_grad),
+        shared_params=count_params(p for p in parameters if id(p) in shared),
+        shared_names=tuple(tuple(tree.owners[id(p)]) for p in parameters if id(p) in shared),
+        param_bytes=count_bytes(parameters),
+        buffer_bytes=count_bytes(model.buffers()),
+        input_bytes=tensor_bytes(inputs) if has_run else 0,
         activation_bytes=sum(row.output_bytes for row in rows if row.is_leaf),
-        total_flops=run.total_flops,
+        total_flops=run.total_flops if run is not None else 0,
         global_hooks=tuple(hooks.get("<global>", [])),
-        run_mode=run_mode,
-        depth=depth,
+        run_mode=options.run_mode,
+        depth=options.depth,
+        has_run=has_run,
+        notes=tuple(_notes(type_name(model), options, scripted, lazy)),
+        effective_params=sum(tree.effective.get(id(p), 0) for p in parameters),
+        uninitialized=tuple(lazy),
+        scripted=tuple(scripted),
+        batch_dim=options.batch_dim,
+        memory=options.memory,
+        view=options.view,
     )
 
 

@@ -7,6 +7,10 @@ FlopCounterMode's running total between its two hooks, so they include the calls
 of `self_flops` over all calls equals the total. The train/eval mode of every module, buffers (BatchNorm running
 statistics in train mode) and the RNG state (dropout, lazy modules) are restored and the hooks removed, also when
 forward fails; then the error names the module that was running.
+
+TorchScript modules take no module hooks; torch's global module hooks still fire when eager code calls one, so
+those calls are recorded through a global hook that looks only at them (what runs inside a scripted module is
+not seen). With a `SavedTensors`, forward runs with gradients enabled and records what autograd saves.
 """
 
 from __future__ import annotations
@@ -19,8 +23,9 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from ..hooks import register_module_hook, scope
+from ..hooks import register_global_module_hook, register_module_hook, scope
 from ._flops import countable_kernels, flop_counter_mode
+from ._memory import SavedTensors
 from ._shapes import describe, describe_call, tensor_bytes
 
 __all__ = ["MODES", "CallRecord", "ForwardRun", "restored_modes", "run_forward"]
@@ -61,9 +66,10 @@ class ForwardRun:
 class _Recorder:
     """Forward hooks that keep a call stack; holds module ids and paths, never the modules."""
 
-    def __init__(self, paths: dict[int, str], counter: Any) -> None:
+    def __init__(self, paths: dict[int, str], counter: Any, scripted: set[int]) -> None:
         self.paths = paths
         self.counter = counter
+        self.scripted = scripted
         self.calls: list[CallRecord] = []
         self.stack: list[int] = []
 
@@ -88,6 +94,14 @@ class _Recorder:
         if record.parent is not None:
             self.calls[record.parent].child_flops += record.flops
 
+    def global_pre(self, module: nn.Module, args: tuple[Any, ...]) -> None:
+        if id(module) in self.scripted:
+            self.pre(module, args, {})
+
+    def global_post(self, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        if id(module) in self.scripted:
+            self.post(module, args, output)
+
     def failure(self, model: nn.Module, err: BaseException) -> str:
         running = [self.calls[i] for i in self.stack]
         done = [c for c in self.calls if c.done]
@@ -111,8 +125,11 @@ def run_forward(
     *,
     mode: str = "eval",
     count_flops: bool = True,
+    saved: SavedTensors | None = None,
 ) -> ForwardRun:
     """Run `model(*args, **kwargs)` once, recording every call of the modules whose ids are keys of `paths`.
+
+    Without gradients, unless `saved` is given: then with gradients, `saved` counting what autograd keeps.
 
     Raises:
         ValueError: `mode` is not one of `MODES`.
@@ -122,15 +139,16 @@ def run_forward(
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     counter = flop_counter_mode() if count_flops else None
-    recorder = _Recorder(paths, counter)
     modules = {id(m): m for m in model.modules() if id(m) in paths}
+    scripted = {key for key, m in modules.items() if isinstance(m, torch.jit.ScriptModule)}
+    recorder = _Recorder(paths, counter, scripted)
     with restored_modes(model, keep_buffers=mode != "eval"), scope(), ExitStack() as stack:
-        for module in modules.values():
-            register_module_hook(module, "forward_pre", recorder.pre, owner="summary", prepend=True, with_kwargs=True)
-            register_module_hook(module, "forward", recorder.post, owner="summary", prepend=True)
+        _register(recorder, [m for key, m in modules.items() if key not in scripted])
         if mode != "same":
             model.train(mode == "train")
-        stack.enter_context(torch.no_grad())
+        stack.enter_context(torch.no_grad() if saved is None else torch.enable_grad())
+        if saved is not None:
+            stack.enter_context(saved.recording())
         stack.enter_context(countable_kernels(model))
         if counter is not None:
             stack.enter_context(counter)
@@ -140,6 +158,15 @@ def run_forward(
             raise RuntimeError(recorder.failure(model, err)) from err
     total = counter.get_total_flops() if counter is not None else 0
     return ForwardRun(output, recorder.calls, int(total))
+
+
+def _register(recorder: _Recorder, eager: list[nn.Module]) -> None:
+    for module in eager:
+        register_module_hook(module, "forward_pre", recorder.pre, owner="summary", prepend=True, with_kwargs=True)
+        register_module_hook(module, "forward", recorder.post, owner="summary", prepend=True)
+    if recorder.scripted:  # global hooks are the only ones torch runs for a ScriptModule called from eager code
+        register_global_module_hook("forward_pre", recorder.global_pre, owner="summary")
+        register_global_module_hook("forward", recorder.global_post, owner="summary")
 
 
 @contextmanager

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .._check import checked
 from ..hooks import check_hookable, map_tensors, unwrap
 from ._build import walk
 from ._collect import restored_modes, run_forward
@@ -30,6 +31,7 @@ _WIDTH = 76
 _SIZES = (32, 64, 128, 256, 512, 1024, 2048)
 
 
+@checked()
 def has_params(m: nn.Module) -> bool:
     """Return whether `m` has at least one parameter (its submodules' count).
 
@@ -40,6 +42,7 @@ def has_params(m: nn.Module) -> bool:
     return next(iter(m.parameters()), None) is not None
 
 
+@checked()
 def total_params(m: nn.Module) -> tuple[int, bool]:
     """Return the number of parameters of `m` (each counted once) and whether any of them is trainable.
 
@@ -72,6 +75,7 @@ def _dummy_input(m: nn.Module, size: tuple[int, ...]) -> torch.Tensor:
     return torch.zeros(1, _in_channels(m), *size, dtype=dtype, device=device)
 
 
+@checked()
 def dummy_eval(m: nn.Module, size: tuple[int, ...] = (64, 64)) -> Any:
     """Evaluate `m` in eval mode without gradients on a zero batch of one, then restore its train/eval mode.
 
@@ -86,6 +90,7 @@ def dummy_eval(m: nn.Module, size: tuple[int, ...] = (64, 64)) -> Any:
         return m.eval()(x)
 
 
+@checked()
 def model_sizes(m: nn.Module, size: tuple[int, ...] = (64, 64)) -> list[Any]:
     """Return the output shape of each child of `m` (of `m` itself if it has none) on `dummy_eval`'s input.
 
@@ -105,6 +110,7 @@ def model_sizes(m: nn.Module, size: tuple[int, ...] = (64, 64)) -> list[Any]:
     return [as_lists(last[id(child)]) for child in children if id(child) in last]
 
 
+@checked()
 def num_features_model(m: nn.Module) -> int:
     """Return the number of output features (channels) of `m`, trying inputs of 32x32 up to 2048x2048.
 
@@ -134,6 +140,7 @@ def _leaf_calls(model: nn.Module, xb: tuple[Any, ...]) -> list[tuple[nn.Module, 
     return [(leaves[call.module_id].module, call.output_shape) for call in run.calls]
 
 
+@checked()
 def layer_info(model: nn.Module, *xb: Any) -> list[tuple[str, int, bool, Any]]:
     """Return `(type name, params, trainable, output shape as a list)` per leaf-module call, in forward order.
 
@@ -155,6 +162,7 @@ def _times(description: Any) -> str:
     return format_shape(description, sep=" x ")
 
 
+@checked()
 def module_summary(model: nn.Module, *xb: Any) -> str:
     """Return fastai's printable table for `model` on the batch `xb`, and its parameter totals.
 

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 import torch
 import torch.nn as nn
 
+from .._check import checked
 from ..hooks import Selector
 from ._options import GROUPS
 from ._sinks import Sink
@@ -15,6 +16,7 @@ from ._watch import Watch
 __all__ = ["watch"]
 
 
+@checked()
 def watch(
     model: nn.Module,
     optimizer: torch.optim.Optimizer | None = None,
@@ -104,7 +106,7 @@ def watch(
         ...         loss.backward(); opt.step(); opt.zero_grad()
         >>> r = w.results()
         >>> r.steps.tolist(), list(r.layers), sorted(r.activations["0"])[:3]
-        ([0, 1, 2], ['0', '1', '2'], ['max', 'mean', 'min'])
+        ([0, 1, 2], ['0', '1', '2'], ['count', 'max', 'mean'])
     """
     return Watch(
         model, optimizer, select=select, every=every, train_only=train_only, groups=groups, capacity=capacity,

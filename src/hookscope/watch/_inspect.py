@@ -9,6 +9,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .._check import FINITE, NON_NEGATIVE, checked
 from ..hooks import tensor_leaves
 
 __all__ = ["first_float", "identical_units", "saturation_bounds"]
@@ -41,6 +42,7 @@ def saturation_bounds(module: nn.Module) -> tuple[float, float] | None:
     return None
 
 
+@checked(tolerance=(NON_NEGATIVE, FINITE))
 def identical_units(module: nn.Module, tolerance: float = 1e-6) -> int | None:
     """Count the output units of `module` whose incoming weights (and bias) equal another unit's, within tolerance.
 

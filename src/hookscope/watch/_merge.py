@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from .._check import NON_EMPTY, TIMEOUT, checked
 from ..distributed import DEFAULT_TIMEOUT, GRAD_SHARDED, MergeWarning, combine_ranks, merge_parts
 from ..stats import EXPONENT_NONE, auto_edges, exponent_of_edges, finalize, fixed_edges, from_statistics, rebin
 from ._assemble import merge_first
@@ -44,6 +45,7 @@ _OPS = {
 }
 
 
+@checked(timeout=TIMEOUT)
 def merge_results(
     results: WatchResults, *, average_output_grads: bool = True, timeout: datetime.timedelta = DEFAULT_TIMEOUT
 ) -> WatchResults:
@@ -67,6 +69,7 @@ def merge_results(
     return _merge(results, None, average_output_grads, timeout)
 
 
+@checked(parts=NON_EMPTY)
 def combine_results(parts: Sequence[WatchResults], *, average_output_grads: bool = True) -> WatchResults:
     """Merge the results of several ranks given together (e.g. per-rank files loaded with `WatchResults.load`).
 

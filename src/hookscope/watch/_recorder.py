@@ -53,6 +53,7 @@ class Recorder(ParamRecorder):
         self.paths = [path for path, _ in modules]
         self.kinds = [type(m).__name__ for _, m in modules]
         self.param_names = [name for name, _ in params]
+        self.param_shapes = [tuple(p.shape) for _, p in params]  # what a loaded state must have been saved for
         self.row = -1  # the id of the row the hooks write into now; -1 when this moment is not recorded
         self.checking = False  # the open step is an unrecorded training step whose non-finite values are checked
         self.active = False  # inside a training batch
@@ -85,6 +86,7 @@ class Recorder(ParamRecorder):
         """Point at the modules and parameters of a new fit of the same model (same paths and names)."""
         self.module_refs = [weakref.ref(m) for _, m in modules]
         self.bind_params([p for _, p in params])
+        self.param_shapes = [tuple(p.shape) for _, p in params]
 
     def _unit_dim(self, index: int, ndim: int) -> int | None:
         """The unit dim of an `ndim`-dim output of module `index` (`None`: no units)."""

@@ -6,6 +6,7 @@ that step. This is the one format that the doctor, the plots and the report read
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
@@ -14,10 +15,23 @@ from typing import Any
 
 import torch
 
+from .._check import hint_for
 from .._io import load_bundle, save_bundle
+from .._schema import FLOAT, INT, Int, Json, ListOf, MapOf, Optional, Record, SchemaError, Str, Tensor, check
 from ..stats import STATISTICS
 
-__all__ = ["ACTIVATION_STATS", "GRAD_STATS", "WatchResults"]
+__all__ = [
+    "ACTIVATION_STATS",
+    "FIRST_NONFINITE",
+    "GRAD_STATS",
+    "RESULTS_FILE",
+    "SCHEMA",
+    "WatchResults",
+    "results_file",
+]
+
+RESULTS_FILE = "results.safetensors"
+"""The name of the results file in a report folder (`WatchResults.load(folder)` reads it)."""
 
 ACTIVATION_STATS = STATISTICS
 """Per module output, per step (the engine's `hookscope.stats.STATISTICS`): mean, std (Bessel's correction, 0
@@ -164,58 +178,136 @@ class WatchResults:
         return pd.DataFrame.from_records(self.to_records(), columns=["step", "group", "name", "stat", "value"])
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the results atomically to one safetensors file (tensors) with a JSON header (the rest)."""
+        """Write the results atomically to one safetensors file (tensors) with a JSON header (the rest).
+
+        Raises:
+            ValueError: the results do not fit the format `load` reads (the field is named), or `path` is a
+                folder or a device.
+        """
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        check(SCHEMA, fields, "results", at="results")
         tensors: dict[str, torch.Tensor] = {"steps": self.steps}
         for group, names in self.series().items():
             for name, stats in names.items():
                 for stat, values in stats.items():
                     tensors[f"{group}/{name}/{stat}"] = values
-        for prefix, table in (
-            ("histograms", self.histograms),
-            ("hist_edges", self.hist_edges),
-            ("hist_outside", self.hist_outside),
-        ):
-            tensors.update({f"{prefix}/{name}": t for name, t in table.items()})
-        tensors.update({f"unit_activity/{name}": t for name, t in self.unit_activity.items()})
-        document = {
-            "layers": self.layers,
-            "identical_units": self.identical_units,
-            "first_nonfinite": self.first_nonfinite,
-            "unobserved": self.unobserved,
-            "execution_order": self.execution_order,
-            "tensor_order": list(tensors),  # safetensors sorts its keys: keep the layers' model order
-            "dropped": self.dropped,
-            "skipped_steps": self.skipped_steps,
-            "meta": self.meta,
-        }
+        for group in _NAMED_TENSORS:
+            tensors.update({f"{group}/{name}": t for name, t in getattr(self, group).items()})
+        document = {name: value for name, value in fields.items() if name not in _TENSOR_FIELDS}
+        document["tensor_order"] = list(tensors)  # safetensors sorts its keys: keep the layers' model order
         return save_bundle(path, tensors, document, _KIND)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> WatchResults:
-        """Read results written by `save` (never unpickles).
+        """Read results written by `save` (never unpickles), checked in full against `SCHEMA` first.
+
+        `path` is the file, or a folder a report was written to (`hookscope.report.write_report`, `hookscope
+        run`): the results file in it is read.
 
         Raises:
-            ValueError: the file is not hookscope watch results (see `hookscope._io.load_bundle`).
+            FileNotFoundError: there is no such file, or the folder holds no results file.
+            ValueError: the file is not hookscope watch results (see `hookscope._io.load_bundle`), or a field
+                does not fit the format (the message names the file and the field); a folder of several
+                reports (one per model) names the files to choose from.
         """
-        tensors, document = load_bundle(path, _KIND)
-        order = [key for key in document.pop("tensor_order", []) if key in tensors]
-        order += [key for key in tensors if key not in order]
-        results = cls(steps=tensors.pop("steps", torch.zeros(0, dtype=torch.int64)), **document)
-        for key in order:
-            if key == "steps":
-                continue
-            value = tensors[key]
-            group, _, rest = key.partition("/")
-            name, _, stat = rest.rpartition("/")
-            if group in ("activations", "output_grads", "param_grads"):
-                getattr(results, group).setdefault(name, {})[stat] = value
-            elif group == "update_ratios":
-                results.update_ratios[name] = value
-            elif group == "losses":
-                results.losses = value
-            else:  # histograms, hist_edges, hist_outside, unit_activity: "group/name"
-                getattr(results, group)[rest] = value
-        return results
+        source = results_file(Path(path))
+        tensors, document = load_bundle(source, _KIND)
+        return cls(**_decode(tensors, document, f"file {str(source)!r}"))
+
+
+hint_for(WatchResults, "the results of watch(model).results(), or WatchResults.load(path)")
+
+
+def results_file(path: Path) -> Path:
+    """The results file `path` names: itself, or the `RESULTS_FILE` in the report folder `path`.
+
+    Raises:
+        FileNotFoundError: `path` is a folder without results.
+        ValueError: `path` is a folder of several reports (one per model); their results files are listed.
+    """
+    if not path.is_dir():
+        return path
+    if (path / RESULTS_FILE).is_file():
+        return path / RESULTS_FILE
+    inside = sorted(str(p) for p in path.glob(f"*/{RESULTS_FILE}"))
+    if len(inside) == 1:
+        return Path(inside[0])
+    if inside:
+        raise ValueError(
+            f"path {str(path)!r} holds the reports of {len(inside)} models: load one of "
+            f"{', '.join(repr(p) for p in inside)}"
+        )
+    raise FileNotFoundError(
+        f"path must be a results file or a report folder holding {RESULTS_FILE}, got the folder {str(path)!r} "
+        "without one; save results with results.save(path) or write a report with hookscope.report.write_report"
+    )
+
+
+def _decode(tensors: dict[str, torch.Tensor], document: dict[str, Any], source: str) -> dict[str, Any]:
+    """The file's tensors and JSON document as `WatchResults` fields, checked in full against `SCHEMA`."""
+    check(_DOCUMENT, document, source, at="results")
+    fields = {name: value for name, value in document.items() if name != "tensor_order"}
+    fields.setdefault("skipped_steps", [])
+    fields.update({name: {} for name in _TENSOR_FIELDS if name not in ("steps", "losses")}, losses=None)
+    order = [key for key in document.get("tensor_order", []) if key in tensors]
+    for key in order + sorted(key for key in tensors if key not in order):
+        _place(fields, key, tensors[key], source)
+    check(SCHEMA, fields, source, at="results")
+    return fields
+
+
+def _place(fields: dict[str, Any], key: str, tensor: torch.Tensor, source: str) -> None:
+    """Put the tensor saved as `key` where `save` took it from (`group/name/stat`, `group/name` or `steps`)."""
+    group, _, rest = key.partition("/")
+    name, _, stat = rest.rpartition("/")
+    if key == "steps" or (group == "losses" and rest == "loss/loss"):
+        fields[group] = tensor
+    elif group in _STAT_GROUPS and "/" in rest:
+        fields[group].setdefault(name, {})[stat] = tensor
+    elif group == "update_ratios" and "/" in rest and stat == "ratio":
+        fields[group][name] = tensor
+    elif group in _NAMED_TENSORS and "/" in key:
+        fields[group][rest] = tensor
+    else:
+        known = ", ".join(["steps", "losses/loss/loss", *(f"{g}/..." for g in (*_STAT_GROUPS, *_NAMED_TENSORS))])
+        raise SchemaError(source, f"tensor {key!r}", f"is not a results tensor (known: {known})")
+
+
+_SERIES = Tensor(FLOAT, shape=("steps",))
+_HIT = Optional(Record(path=Str(), step=Int(min=0)))
+FIRST_NONFINITE = Record(forward=_HIT, backward=_HIT)
+"""The format of the first non-finite module and step, per direction (`WatchResults.first_nonfinite`)."""
+SCHEMA = Record(
+    steps=Tensor(INT, shape=("steps",)),
+    layers=MapOf(Str(), name="layers"),
+    activations=MapOf(MapOf(_SERIES, key=Str(ACTIVATION_STATS)), keys_in="layers"),
+    hist_edges=MapOf(Tensor(FLOAT, shape=("bins of {key}+1",)), keys_in="layers", name="hist_edges"),
+    histograms=MapOf(Tensor(FLOAT, shape=("steps", "bins of {key}")), keys_in="hist_edges"),
+    hist_outside=MapOf(Tensor(FLOAT, shape=("steps", 2)), keys_in="hist_edges"),
+    output_grads=MapOf(MapOf(_SERIES, key=Str(GRAD_STATS)), keys_in="layers"),
+    param_grads=MapOf(MapOf(_SERIES, key=Str(GRAD_STATS))),
+    update_ratios=MapOf(_SERIES),
+    losses=Optional(_SERIES),
+    unit_activity=MapOf(Tensor(FLOAT, shape=("*",)), keys_in="layers"),
+    identical_units=MapOf(Int(min=0), keys_in="layers"),
+    first_nonfinite=FIRST_NONFINITE,
+    unobserved=MapOf(Str(), keys_in="layers"),
+    execution_order=ListOf(Str()),
+    dropped=MapOf(Int(min=0)),
+    skipped_steps=ListOf(Int(min=0)),
+    meta=MapOf(Json()),
+)
+"""The format of `WatchResults` (its fields, as saved and loaded): one length `steps` for every series,
+each layer's histogram one bin fewer than its edges, layer-keyed tables keyed by `layers`' paths."""
+
+_STAT_GROUPS = ("activations", "output_grads", "param_grads")
+_NAMED_TENSORS = ("histograms", "hist_edges", "hist_outside", "unit_activity")
+_TENSOR_FIELDS = ("steps", *_STAT_GROUPS, "update_ratios", "losses", *_NAMED_TENSORS)
+_DOCUMENT = Record(
+    {name: Json() for name in SCHEMA.fields if name not in _TENSOR_FIELDS and name != "skipped_steps"},
+    optional={"skipped_steps": Json(), "tensor_order": ListOf(Str())},  # files from before skipped_steps
+)
+"""The JSON part of a results file: every field that is not a tensor (their formats: `SCHEMA`)."""
 
 
 def _last(values: torch.Tensor | None) -> float:

@@ -7,8 +7,8 @@ reads the scale used by a backward (a device tensor: no host sync) so that `watc
 norms by it, and learns from the scaler, at the next training batch, whether its last `update()` followed an
 optimizer step or a skipped one (non-finite gradients), without patching the scaler: `update()` replaces the
 scaler's per-optimizer state, which is checked by identity. Those are private attributes of `GradScaler`
-(`_scale`, `_per_optimizer_states`), stable from torch 2.6 to 2.13; when they are missing, norms stay scaled
-and no step is counted as skipped, and `meta["grad_scaler"]` says so.
+(`_scale`, `_per_optimizer_states`), tested on torch 2.13, the lowest version pyproject.toml declares; when
+they are missing, norms stay scaled and no step is counted as skipped, and `meta["grad_scaler"]` says so.
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ import os
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from .._check import checked, hint_for
+from .._io import check_target
 from ._results import WatchResults
 
 __all__ = ["CSVSink", "JSONLSink", "Sink", "TensorBoardSink"]
@@ -32,11 +34,16 @@ class Sink(Protocol):
         """Flush and release files; a later `write` may reopen them."""
 
 
+hint_for(Sink, "an object with write(results) and close(): CSVSink(path), JSONLSink(path), TensorBoardSink(log_dir)")
+
+
 class CSVSink:
     """Append long-format rows `step,group,name,stat,value` to a CSV file (header written once)."""
 
+    @checked()
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+        check_target(self.path)
 
     def write(self, results: WatchResults) -> None:
         """Append the rows of `results.to_records()`."""
@@ -55,8 +62,10 @@ class CSVSink:
 class JSONLSink:
     """Append one JSON object per recorded value, `{"step", "group", "name", "stat", "value"}`, one per line."""
 
+    @checked()
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+        check_target(self.path)
 
     def write(self, results: WatchResults) -> None:
         """Append the rows of `results.to_records()` (non-finite values written as null)."""
@@ -83,10 +92,13 @@ class TensorBoardSink:
         ValueError: neither or both of `log_dir` and `writer` are given.
     """
 
+    @checked()
     def __init__(self, log_dir: str | os.PathLike[str] | None = None, *, writer: Any = None) -> None:
         if (log_dir is None) == (writer is None):
             raise ValueError("TensorBoardSink needs exactly one of log_dir or writer, got both or neither")
         self.log_dir = None if log_dir is None else Path(log_dir)
+        if self.log_dir is not None and self.log_dir.exists() and not self.log_dir.is_dir():
+            raise ValueError(f"log_dir must be a folder, got the file {str(self.log_dir)!r}; choose a folder name")
         self._writer = writer
         self._owns_writer = writer is None
 

@@ -10,10 +10,12 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .._check import checked
 from .._errors import UnobservedModuleWarning
 from ..callbacks import Callback, LoopDriver
 from ..distributed import grad_reduction
-from ..hooks import Selector, check_hookable, normalize_path, select_modules
+from ..hooks import Selector, check_hookable, normalize_path
+from ..hooks._select import choose_modules
 from ._assemble import build_results, first_from_flags, first_nonfinite, merge_first
 from ._extras import collect_extras, watch_meta
 from ._options import GROUPS, WatchOptions
@@ -21,7 +23,7 @@ from ._recorder import Recorder
 from ._results import WatchResults
 from ._scaler import GradScalerSteps, check_scaler
 from ._sinks import Sink
-from ._state import apply_recorder_state, load_watch_state, watch_state
+from ._state import apply_pending_state, check_pending_state, load_watch_state, watch_state
 from ._store import SeriesStore
 
 __all__ = ["ACTIVATION_TYPES", "Watch", "default_selector"]
@@ -33,6 +35,7 @@ ACTIVATION_TYPES: tuple[type[nn.Module], ...] = (
 """Activation modules `watch()` observes by default besides the modules with parameters (dead units, saturation)."""
 
 
+@checked()
 def default_selector(path: str, module: nn.Module) -> bool:
     """`watch()`'s default: modules with parameters of their own, and activation modules.
 
@@ -47,6 +50,7 @@ def default_selector(path: str, module: nn.Module) -> bool:
 class Watch(Callback):
     """Monitor a model while it trains; see `watch()` for the arguments. A `Callback`, and a context manager."""
 
+    @checked()
     def __init__(
         self,
         model: nn.Module | None = None,
@@ -75,6 +79,8 @@ class Watch(Callback):
         )  # fmt: skip
         if model is not None:
             check_hookable(model, "model")
+            if select is not None:
+                choose_modules(model, select, "select")  # fail now, not with an empty run
         if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(f"optimizer must be a torch.optim.Optimizer or None, got {type(optimizer).__name__}")
         self.select = select
@@ -96,7 +102,7 @@ class Watch(Callback):
         self._doctor: Any = None
         self._doctor_at = 0
         self._meta: dict[str, Any] = {}
-        self._pending_recorder_state: dict[str, Any] | None = None
+        self._pending_state: dict[str, Any] | None = None  # a loaded state waiting for the modules
 
     # ---- attaching -------------------------------------------------------------------------------------------
     def attach(self, model: nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None) -> LoopDriver:
@@ -148,7 +154,7 @@ class Watch(Callback):
                 "scaler needs the optimizer (a skipped step is an optimizer step that did not happen): pass "
                 "watch(model, optimizer, scaler=scaler)"
             )
-        modules = select_modules(model, default_selector if self.select is None else self.select)
+        modules = choose_modules(model, default_selector if self.select is None else self.select, "select")
         params = [
             (normalize_path(f"{path}.{name}" if path else name), p)
             for path, module in modules
@@ -162,6 +168,7 @@ class Watch(Callback):
             recorder = Recorder(modules, params, self.options)
         else:
             recorder.rebind(modules, params)
+        check_pending_state(self, recorder)  # before anything changes: a state that does not fit is refused
         self._model_ref = weakref.ref(model)
         self._optimizer_ref = None if optimizer is None else weakref.ref(optimizer)
         self._meta = watch_meta(model, optimizer, self.options, self.select)
@@ -169,7 +176,7 @@ class Watch(Callback):
         if self._scaler is not None:
             self._meta["grad_scaler"] = "unscaled" if self._scaler.readable else "scaled (GradScaler unreadable)"
         self._recorder = recorder
-        apply_recorder_state(self)
+        apply_pending_state(self)
         recorder.register()
         self._attached = True
 
@@ -365,10 +372,14 @@ class Watch(Callback):
         return watch_state(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore counters and kept steps from `state_dict` (call before training resumes).
+        """Restore counters and kept steps from `state_dict` (call before training resumes); all or nothing.
+
+        The state is checked in full first, and against the watched modules (now, or at the next attach when
+        the watch has none yet).
 
         Raises:
-            ValueError: `state` is not a watch state dict of this version.
+            ValueError: `state` is not a watch state dict of this version, does not fit the format (the field is
+                named) or was saved for other modules or widths; the watch is left as it was.
         """
         load_watch_state(self, state)
 

@@ -14,6 +14,7 @@ import torch
 import torch.nn as nn
 from torch.nn.utils import parametrize
 
+from .._check import check_callable, checked
 from .._errors import unknown_name
 from ..hooks import Selector, named_modules
 from ._layers import effective_weight, has_weight, weight_layers, weight_parameter
@@ -21,11 +22,13 @@ from ._layers import effective_weight, has_weight, weight_layers, weight_paramet
 __all__ = ["get_weights", "init_weights_", "scale_weights_", "set_weights_"]
 
 
+@checked()
 def get_weights(model: nn.Module, layer_names: Selector = None) -> dict[str, torch.Tensor]:
     """Return path -> a detached copy of each chosen layer's weight (as the module computes with it)."""
     return {path: effective_weight(module).detach().clone() for path, module in weight_layers(model, layer_names)}
 
 
+@checked()
 def set_weights_(model: nn.Module, weights: Mapping[str, torch.Tensor]) -> None:
     """Copy each tensor of `weights` (path -> tensor) into that layer's weight, in place.
 
@@ -51,6 +54,7 @@ def set_weights_(model: nn.Module, weights: Mapping[str, torch.Tensor]) -> None:
                 weight_parameter(module).copy_(value)
 
 
+@checked()
 def init_weights_(model: nn.Module, init: Callable[[torch.Tensor], Any], layer_names: Selector = None) -> list[str]:
     """Call `init(weight)` (e.g. `torch.nn.init.orthogonal_`) on each chosen layer's stored weight, in place.
 
@@ -59,6 +63,7 @@ def init_weights_(model: nn.Module, init: Callable[[torch.Tensor], Any], layer_n
     Returns:
         The paths of the initialized layers.
     """
+    check_callable("init", init, 1, "init(weight) -> Any, such as torch.nn.init.orthogonal_")
     paths = []
     for path, module in weight_layers(model, layer_names):
         with torch.no_grad():
@@ -67,6 +72,7 @@ def init_weights_(model: nn.Module, init: Callable[[torch.Tensor], Any], layer_n
     return paths
 
 
+@checked()
 def scale_weights_(model: nn.Module, factor: float, layer_names: Selector = None) -> list[str]:
     """Multiply each chosen layer's stored weight by `factor`, in place.
 

@@ -8,7 +8,8 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from .._errors import unknown_name
+from .._check import checked, shown
+from .._errors import closest_names, unknown_name
 from ..hooks import Selector, named_modules, register_module_hook
 from ..stats import STATISTICS, Spec, describe, finalize, norm_of, ratio_of_norms
 from ._layers import effective_weight, has_weight, weight_layers
@@ -30,6 +31,7 @@ ZERO_TOLERANCE = 1e-8
 _TAGS = ("hookscope.weights",)
 
 
+@checked()
 def add_weight_change_monitor_hook(model: nn.Module, layer_names: Selector = None) -> dict[str, Any]:
     """Snapshot the chosen layers' weights now, as the reference that `compute_weight_changes` measures from.
 
@@ -70,6 +72,7 @@ def add_weight_change_monitor_hook(model: nn.Module, layer_names: Selector = Non
     return data
 
 
+@checked()
 def compute_weight_changes(model: nn.Module, hook_data: Mapping[str, Any], metric: str = "norm") -> dict[str, float]:
     """Return, per layer, the change of its weight W since the snapshot W0 in `hook_data`.
 
@@ -82,7 +85,11 @@ def compute_weight_changes(model: nn.Module, hook_data: Mapping[str, Any], metri
         RuntimeError: the snapshots were freed with `hook_data["remove"]()`.
     """
     _check_metric(metric)
-    initial = hook_data.get("initial_weights")
+    if "layer_names" not in hook_data or "initial_weights" not in hook_data:
+        raise ValueError(
+            f"hook_data must be the dict returned by add_weight_change_monitor_hook, got {shown(dict(hook_data))}"
+        )
+    initial = hook_data["initial_weights"]
     if initial is None:
         raise RuntimeError(
             "hook_data has no snapshot: its remove() was called; take a new one with add_weight_change_monitor_hook"
@@ -96,6 +103,7 @@ def compute_weight_changes(model: nn.Module, hook_data: Mapping[str, Any], metri
     return _to_floats(list(hook_data["layer_names"]), changes)
 
 
+@checked()
 def weight_distance(
     model: nn.Module, reference: nn.Module, metric: str = "norm", layer_names: Selector = None
 ) -> dict[str, float]:
@@ -114,7 +122,12 @@ def weight_distance(
     for path, module in weight_layers(model, layer_names):
         other = others.get(path)
         if other is None or not has_weight(other):
-            raise ValueError(unknown_name("reference", path, others, what="layer path"))
+            close = closest_names(path, others)
+            hint = f" (closest: {', '.join(map(repr, close))})" if close else ""
+            raise ValueError(
+                f"reference must have the chosen layers of the model, got {shown(reference)}, which has no layer "
+                f"{path!r} with a weight{hint}; compare models of the same architecture"
+            )
         paths.append(path)
         changes.append(weight_change(effective_weight(module), effective_weight(other), metric, path))
     return _to_floats(paths, changes)
@@ -162,6 +175,7 @@ def _to_floats(paths: list[str], values: list[torch.Tensor]) -> dict[str, float]
     return dict(zip(paths, host, strict=True))
 
 
+@checked()
 def weight_statistics(weight: torch.Tensor) -> torch.Tensor:
     """The statistics of `STAT_NAMES`, in that order, as a float64 tensor on `weight`'s device (no host sync).
 
@@ -181,6 +195,7 @@ def weight_statistics(weight: torch.Tensor) -> torch.Tensor:
     )
 
 
+@checked()
 def add_weight_distribution_monitor(
     model: nn.Module,
     layer_types: type[nn.Module] | tuple[type[nn.Module], ...] = (nn.Linear, nn.Conv2d),

@@ -13,6 +13,7 @@ import torch
 import torch.nn as nn
 from torch.nn.utils import parametrize
 
+from .._check import checked, shown
 from ..hooks import HookHandle, Selector, normalize_path, register_module_hook, register_optimizer_hook
 from ._constraints import Constraint, MaxNorm, check_constraint
 from ._layers import weight_layers, weight_parameter
@@ -143,6 +144,7 @@ def _remove_parametrization(module: nn.Module, parametrization: nn.Module) -> No
             return
 
 
+@checked()
 def register_constraint(
     model: nn.Module,
     constraint: Constraint,
@@ -172,6 +174,12 @@ def register_constraint(
     if mode not in CONSTRAINT_MODES:
         raise ValueError(f"mode must be one of {', '.join(map(repr, CONSTRAINT_MODES))}, got {mode!r}")
     layers = weight_layers(model, layer_names)
+    if not layers:
+        weights = [name for name, _ in model.named_parameters() if "weight" in name.rsplit(".", 1)[-1]][:4]
+        raise ValueError(
+            f"model must have a layer with a `weight` parameter to constrain, got {shown(model)}, which has none"
+            + (f" (its weights are named {', '.join(map(repr, weights))}: constrain them in a hook)" if weights else "")
+        )
     handle = ConstraintHandle(constraint, mode, layers)
     if mode == "step":
         if optimizer is None:
@@ -208,6 +216,7 @@ def _before_forward(handle: ConstraintHandle, path: str) -> Callable[[nn.Module,
     return hook
 
 
+@checked()
 def add_weight_norm_constraint_hook(
     model: nn.Module, max_norm: float = 10.0, layer_names: Selector = None
 ) -> list[HookHandle]:
@@ -247,6 +256,7 @@ def _plain_key(key: str) -> str:
     return _PARAMETRIZED.sub(r"\1\2", normalize_path(key))
 
 
+@checked()
 def remap_state_dict(state_dict: Mapping[str, Any], model: nn.Module) -> dict[str, Any]:
     """Rename `state_dict`'s keys to those of `model`, across parametrizations and wrappers.
 
@@ -265,6 +275,17 @@ def remap_state_dict(state_dict: Mapping[str, Any], model: nn.Module) -> dict[st
     return remapped
 
 
+@checked()
 def load_state_dict_remapped(model: nn.Module, state_dict: Mapping[str, Any], strict: bool = True) -> Any:
-    """`model.load_state_dict(remap_state_dict(state_dict, model), strict)`; returns what torch returns."""
-    return model.load_state_dict(remap_state_dict(state_dict, model), strict=strict)
+    """`model.load_state_dict(remap_state_dict(state_dict, model), strict)`; returns what torch returns.
+
+    Raises:
+        ValueError: with `strict`, keys are missing or unexpected, or shapes differ (torch's message follows).
+    """
+    try:
+        return model.load_state_dict(remap_state_dict(state_dict, model), strict=strict)
+    except RuntimeError as err:
+        raise ValueError(
+            f"state_dict must fit the {type(model).__name__} after remapping, got {len(state_dict)} keys that do not "
+            f"(pass strict=False to load the common ones): {err}"
+        ) from None

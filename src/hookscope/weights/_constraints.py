@@ -9,6 +9,8 @@ from collections.abc import Sequence
 
 import torch
 
+from .._check import FINITE, checked, hint_for
+
 __all__ = ["Clamp", "Constraint", "MaxNorm", "NonNeg", "UnitNorm"]
 
 
@@ -42,6 +44,9 @@ class Constraint:
         return self.project(weight)
 
 
+hint_for(Constraint, "one of MaxNorm, Clamp, UnitNorm, NonNeg, or a subclass of Constraint")
+
+
 def _unit_norms(weight: torch.Tensor, dim: int) -> torch.Tensor:
     """L2 norm of each unit (slice along `dim`), in float32 or wider, shaped to broadcast against `weight`."""
     if weight.dim() == 0:
@@ -73,6 +78,7 @@ class MaxNorm(Constraint):
     bound are left bit for bit as they are.
     """
 
+    @checked()
     def __init__(self, max_norm: float = 3.0, dim: int = 0) -> None:
         self.max_norm = _positive("max_norm", max_norm)
         self.dim = _check_dim(dim)
@@ -93,6 +99,7 @@ class UnitNorm(Constraint):
     """Rescale every unit (slice along `dim`) to an L2 norm of 1; units already within `tolerance` of 1, and
     all-zero units (which have no direction), are left as they are."""
 
+    @checked()
     def __init__(self, dim: int = 0, tolerance: float = 1e-6) -> None:
         self.dim = _check_dim(dim)
         self.tolerance = _positive("tolerance", tolerance)
@@ -115,6 +122,7 @@ class UnitNorm(Constraint):
 class Clamp(Constraint):
     """Clamp every entry into `[min, max]` (either bound may be `None`)."""
 
+    @checked(min=FINITE, max=FINITE)
     def __init__(self, min: float | None = None, max: float | None = None) -> None:
         if min is None and max is None:
             raise ValueError("Clamp must get min or max (or both), got neither")

@@ -7,7 +7,9 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from ..hooks import HookHandle, Selector, register_module_hook, select_modules, tensor_leaves
+from .._check import FINITE, checked
+from ..hooks import HookHandle, Selector, register_module_hook, tensor_leaves
+from ..hooks._select import choose_modules
 
 __all__ = ["DeadUnitDetector"]
 
@@ -50,6 +52,7 @@ class DeadUnitDetector:
         ['1']
     """
 
+    @checked(threshold=FINITE)
     def __init__(
         self, window: int = 100, threshold: float = 0.0, *, unit_dim: int | None = None, include_eval: bool = False
     ) -> None:
@@ -70,7 +73,7 @@ class DeadUnitDetector:
         """
         if self._handles:
             raise RuntimeError("DeadUnitDetector is already attached; call detach() before attaching again")
-        for path, module in select_modules(model, layer_names):
+        for path, module in choose_modules(model, layer_names, "layer_names"):
             self._activity[path] = activity = self._activity.get(path, _UnitActivity())
             hook = self._hook(activity)
             tags = ("hookscope.weights", "dead_units")

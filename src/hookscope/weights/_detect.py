@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
+from .._check import checked
 from ..hooks import Selector
 from ._layers import effective_weight, unit_rows, weight_layers
 
@@ -72,6 +73,7 @@ def has_close_rows(rows: torch.Tensor, threshold: float) -> bool:
     return False
 
 
+@checked()
 def detect_weight_symmetry_breaking(model: nn.Module, threshold: float = 1e-4) -> dict[str, bool]:
     """Tell, per layer, whether its output units are all different (symmetry broken).
 
@@ -104,6 +106,7 @@ class DuplicateUnits:
     total: int = 0
 
 
+@checked()
 def find_duplicate_units(
     model: nn.Module, threshold: float = 0.99, layer_names: Selector = None, *, max_pairs: int = 100
 ) -> dict[str, DuplicateUnits]:
@@ -146,6 +149,7 @@ def _duplicates(rows: torch.Tensor, threshold: float, max_pairs: int) -> Duplica
     return found
 
 
+@checked()
 def spectral_stats(
     model: nn.Module, layer_names: Selector = None, *, power_iterations: int | None = None
 ) -> dict[str, dict[str, float]]:

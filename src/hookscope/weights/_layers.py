@@ -9,7 +9,8 @@ import torch
 import torch.nn as nn
 from torch.nn.utils import parametrize
 
-from ..hooks import HookHandle, Selector, named_modules, select_modules
+from ..hooks import HookHandle, Selector, named_modules
+from ..hooks._select import choose_modules
 
 __all__ = ["HandleGroup", "effective_weight", "has_weight", "unit_rows", "weight_layers", "weight_parameter"]
 
@@ -35,7 +36,9 @@ def weight_layers(model: nn.Module, layer_names: Selector = None) -> list[tuple[
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if layer_names is None:
         return [(path, module) for path, module in named_modules(model) if has_weight(module)]
-    chosen = [(path, module) for path, module in select_modules(model, layer_names) if has_weight(module)]
+    chosen = [
+        (path, module) for path, module in choose_modules(model, layer_names, "layer_names") if has_weight(module)
+    ]
     if not chosen:
         raise ValueError(
             f"layer_names must choose at least one module with a weight parameter, got {layer_names!r}; "

@@ -9,13 +9,19 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .._check import checked
+from .._schema import Int, ListOf, Optional, Record, Str, check
 from ..hooks import HookHandle, Selector, register_optimizer_hook
 from ..stats import Sampler, norm_of, ratio_of_norms
 from ._layers import weight_layers, weight_parameter
 from ._nested import is_nested_step
+from ._rows import STATE as LOG_STATE
 from ._rows import RowLog
 
-__all__ = ["UpdateRatioMonitor"]
+__all__ = ["STATE", "UpdateRatioMonitor"]
+
+STATE = Record(layer_names=ListOf(Str(), length="width"), log=LOG_STATE, capacity=Optional(Int(min=1)))
+"""The format of `UpdateRatioMonitor.state_dict()`: one log column per layer."""
 
 _TAGS = ("hookscope.weights", "update_ratio")
 
@@ -39,6 +45,7 @@ class UpdateRatioMonitor:
         (1, [''])
     """
 
+    @checked()
     def __init__(self, capacity: int | None = 1000, *, reducer_factory: Callable[[], Any] | None = None) -> None:
         if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1):
             raise ValueError(f"capacity must be a positive int or None, got {capacity!r}")
@@ -167,13 +174,16 @@ class UpdateRatioMonitor:
         """Restore what `state_dict` returned, e.g. to resume a run.
 
         Raises:
-            ValueError: the state was saved for other layers or another capacity.
+            ValueError: the state was saved for other layers or another capacity, or does not fit the format
+                (the field is named); the monitor is left as it was.
         """
+        check(STATE, state)
         if state["capacity"] != self.capacity or (self.layer_names and state["layer_names"] != self.layer_names):
             raise ValueError(
                 f"state must be for capacity {self.capacity} and layers {self.layer_names}, got capacity "
                 f"{state['capacity']} and layers {state['layer_names']}"
             )
-        self.layer_names = list(state["layer_names"])
-        self._log = RowLog(len(self.layer_names), self.capacity)
-        self._log.load_state_dict(state["log"])
+        log = RowLog(len(state["layer_names"]), self.capacity)
+        log.check_state(state["log"], at="state.log")
+        log.load_state_dict(state["log"])
+        self.layer_names, self._log = list(state["layer_names"]), log

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .._check import checked
 from ..hooks import Selector, register_post_accumulate_grad_hook
 from ._layers import HandleGroup, effective_weight, weight_layers, weight_parameter
 
@@ -24,6 +25,7 @@ def _penalty(model: nn.Module, layer_names: Selector, term: Callable[[torch.Tens
     return torch.stack([t.to(device) for t in terms]).sum()
 
 
+@checked()
 def l1_penalty(model: nn.Module, layer_names: Selector = None) -> torch.Tensor:
     """Return sum |W| over the chosen layers' weights: a differentiable 0-d tensor to add to the loss.
 
@@ -32,6 +34,7 @@ def l1_penalty(model: nn.Module, layer_names: Selector = None) -> torch.Tensor:
     return _penalty(model, layer_names, lambda w: w.abs().sum(dtype=_accumulator(w)))
 
 
+@checked()
 def l2_penalty(model: nn.Module, layer_names: Selector = None) -> torch.Tensor:
     """Return sum W^2 over the chosen layers' weights (no 1/2 factor): a differentiable 0-d tensor for the loss.
 
@@ -44,6 +47,7 @@ def _accumulator(weight: torch.Tensor) -> torch.dtype:
     return torch.float64 if weight.dtype == torch.float64 else torch.float32
 
 
+@checked()
 def register_weight_decay(
     model: nn.Module,
     weight_decay: float,

@@ -7,11 +7,21 @@ from typing import Any, TypeVar
 
 import torch
 
-__all__ = ["LazyMapping", "RowLog"]
+from .._schema import FLOAT, Int, Record, Rule, SchemaError, Tensor, check
+
+__all__ = ["STATE", "LazyMapping", "RowLog"]
 
 V = TypeVar("V")
 
 _FIRST_SIZE = 16
+
+STATE = Record(
+    rows=Tensor(FLOAT, shape=("kept", "width")),
+    count=Int(min=0),
+    first=Int(min=0),
+    rules=[Rule("rows", lambda s: s["rows"].shape[0] == s["count"] - s["first"], "must hold count - first rows")],
+)
+"""The format of `RowLog.state_dict()`; `width` and, for a ring buffer, `capacity` come from the log."""
 
 
 class RowLog:
@@ -86,19 +96,28 @@ class RowLog:
         """Restore what `state_dict` returned (onto the CPU; the next append moves it to its row's device).
 
         Raises:
-            ValueError: the state does not fit this log (width, or rows that do not match the counters).
+            ValueError: the state does not fit this log (width, more rows than the capacity, rows that do not
+                match the counters); the log is left as it was.
         """
-        rows, count, first = state["rows"], int(state["count"]), int(state["first"])
-        if rows.dim() != 2 or rows.shape[1] != self.width or rows.shape[0] != count - first:
-            raise ValueError(
-                f"state must hold count - first rows of width {self.width}, got rows of shape {tuple(rows.shape)} "
-                f"with count={count}, first={first}"
-            )
+        self.check_state(state)
+        rows, count, first = state["rows"], state["count"], state["first"]
         size = self.capacity or max(_FIRST_SIZE, count)
-        self._buffer = torch.zeros(size, self.width, dtype=self.dtype)
+        buffer = torch.zeros(size, self.width, dtype=self.dtype)
         slots = torch.arange(first, count)
-        self._buffer[slots % self.capacity if self.capacity else slots] = rows.to(self.dtype)
-        self.count, self.first = count, first
+        buffer[slots % self.capacity if self.capacity else slots] = rows.to(self.dtype)
+        self._buffer, self.count, self.first = buffer, count, first
+
+    def check_state(self, state: Any, at: str = "state") -> None:
+        """Check `state` in full against `STATE` and this log's width and capacity; change nothing.
+
+        Raises:
+            SchemaError: the first field that does not fit (a `ValueError`).
+        """
+        check(STATE, state, at=at, bind={"width": self.width})
+        if self.capacity is not None and state["rows"].shape[0] > self.capacity:
+            raise SchemaError(
+                "state", f"{at}.rows", f"must hold at most capacity={self.capacity} rows, got {state['rows'].shape[0]}"
+            )
 
     def _room(self, device: torch.device) -> torch.Tensor:
         buffer = self._buffer

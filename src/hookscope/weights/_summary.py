@@ -6,11 +6,14 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from .._check import checked
+
 __all__ = ["format_weight_summary", "print_weight_summary"]
 
 _EMPTY = "No weight changes to show."
 
 
+@checked()
 def print_weight_summary(
     weight_changes: Mapping[str, float], weight_stats: Mapping[str, Mapping[str, float]], top_k: int = 10
 ) -> None:
@@ -26,6 +29,7 @@ def print_weight_summary(
     print(format_weight_summary(weight_changes, weight_stats, top_k))
 
 
+@checked()
 def format_weight_summary(
     weight_changes: Mapping[str, float], weight_stats: Mapping[str, Mapping[str, float]], top_k: int = 10
 ) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from .._check import checked, shown
 from ..hooks import normalize_path, register_optimizer_hook
 from ..stats import STATISTICS, Sampler, Spec, describe, finalize, norm_of, ratio_of_norms
 from ._nested import is_nested_step
@@ -137,6 +138,7 @@ def _subtract(out: torch.Tensor | None, after: torch.Tensor, before: torch.Tenso
     return after.detach() - before
 
 
+@checked()
 def add_weight_update_monitor_hook(optimizer: torch.optim.Optimizer, log_interval: int = 10) -> dict[str, Any]:
     """Watch every `optimizer.step()`: the update of each parameter, and its size every `log_interval` steps.
 
@@ -176,6 +178,7 @@ def add_weight_update_monitor_hook(optimizer: torch.optim.Optimizer, log_interva
     return data
 
 
+@checked()
 def restore_optimizer_step(optimizer: torch.optim.Optimizer, hook_data: Mapping[str, Any]) -> None:
     """Undo the most recent `optimizer.step()` watched by `hook_data`, bit for bit.
 
@@ -191,12 +194,15 @@ def restore_optimizer_step(optimizer: torch.optim.Optimizer, hook_data: Mapping[
     """
     tracker = hook_data.get("_tracker")
     if not isinstance(tracker, _UpdateTracker):
-        raise ValueError("hook_data must be the dict returned by add_weight_update_monitor_hook, got another dict")
+        raise ValueError(
+            f"hook_data must be the dict returned by add_weight_update_monitor_hook, got {shown(dict(hook_data))}"
+        )
     if tracker.optimizer() is not optimizer:
         raise ValueError("optimizer must be the one hook_data watches, got a different optimizer")
     tracker.undo(optimizer)
 
 
+@checked()
 def analyze_weight_updates(
     update_history: Mapping[str, Sequence[float] | torch.Tensor], window_size: int = 10
 ) -> dict[str, dict[str, float]]:
