@@ -59,7 +59,7 @@ class Want:
 
 POSITIVE = Want(lambda v: not number(v) or v > 0, "> 0")
 NON_NEGATIVE = Want(lambda v: not number(v) or v >= 0, ">= 0")
-FINITE = Want(lambda v: not isinstance(v, float) or math.isfinite(v), "finite")
+FINITE = Want(lambda v: not isinstance(v, float) or math.isfinite(v), "finite", before=True)
 PROBABILITY = Want(lambda v: not number(v) or 0 <= v <= 1, "in [0, 1]")
 TIMEOUT = Want(lambda v: not isinstance(v, datetime.timedelta) or v.total_seconds() > 0, "longer than 0 seconds")
 NON_EMPTY = Want(lambda v: not isinstance(v, abc.Sized) or len(v) > 0, "non-empty", before=True)

@@ -28,11 +28,11 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from ._check import NON_NEGATIVE, TIMEOUT, checked, one_of
+from ._check import NON_NEGATIVE, TIMEOUT, Want, checked, one_of
 from ._errors import MergeWarning
 from .hooks import normalize_path
 from .reducers import StatsReducer
-from .stats import combine_segments
+from .stats import RECORD, combine_segments
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -49,12 +49,10 @@ __all__ = [
     "is_distributed",
     "is_main_process",
     "is_sharded",
-    "merge_parts",
     "merge_records",
     "merge_stats_reducer",
     "norm_of_shards",
     "rank",
-    "reduce_tables",
     "union_keys",
     "world_size",
 ]
@@ -173,6 +171,13 @@ def norm_of_shards(local_square_sum: torch.Tensor, *, timeout: datetime.timedelt
     return all_reduce(local_square_sum.double(), "sum", timeout=timeout).sqrt()
 
 
+_RECORDS = Want(
+    lambda v: not isinstance(v, torch.Tensor) or (v.dim() >= 1 and v.shape[-1] == len(RECORD)),
+    f"moments records: {len(RECORD)} columns (hookscope.stats.RECORD) in the last dim",
+)
+
+
+@checked(records=_RECORDS, timeout=TIMEOUT)
 def merge_records(records: torch.Tensor, *, timeout: datetime.timedelta = DEFAULT_TIMEOUT) -> torch.Tensor:
     """Merge moments records (`hookscope.stats.RECORD` in the last dim) over ranks, the same on every rank.
 

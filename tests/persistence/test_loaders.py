@@ -156,13 +156,13 @@ def test_reducer_states_of_the_wrong_shape_are_refused_and_the_reducer_kept() ->
     assert reservoir.peek() is not None and reservoir.dump().shape == (4,)  # type: ignore[union-attr]
     histogram = HistogramReducer(6)
     state = histogram.state_dict()
-    state["state"]["counts"] = torch.zeros(7, dtype=torch.int64)
-    with pytest.raises(ValueError, match=r"state.state.counts must have dim 0 of size 6 \(bins is 6"):
+    state["state"]["counts"] = torch.zeros(9, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"state.state.counts must have dim 0 of size 8 \(bins is 6"):
         histogram.load_state_dict(state)
     stats = StatsReducer()
     state = stats.state_dict()
-    state["state"]["mean"] = torch.zeros(3, dtype=torch.float64)
-    with pytest.raises(ValueError, match=r"state.state.mean must have 0 dims \(\), got a float64 tensor of shape"):
+    state["state"]["record"] = torch.zeros(3, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"state.state.record must have dim 0 of size 9, got 3"):
         stats.load_state_dict(state)
 
 
@@ -173,8 +173,8 @@ def test_monitor_pool_load_is_all_or_nothing(tmp_path: Path) -> None:
         model(torch.randn(2, 3))
     state = pool.state_dict()
     state["monitors"]["0"]["counts"]["recorded"] = 12345  # a valid first monitor ...
-    state["monitors"]["2"]["reducer"]["state"]["count"] = torch.zeros(2, dtype=torch.int64)  # ... a broken second
-    with pytest.raises(ValueError, match=r"field state.monitors\['2'\].reducer.state.count must have 0 dims"):
+    state["monitors"]["2"]["reducer"]["state"]["record"] = torch.zeros(2, dtype=torch.float64)  # ... a broken one
+    with pytest.raises(ValueError, match=r"field state.monitors\['2'\].reducer.state.record must have dim 0 of size 9"):
         pool.load(save_state(tmp_path / "pool.safetensors", state, kind="monitor_pool"))
     assert pool["0"].counts["recorded"] == 24 and pool["2"].counts["recorded"] == 24
     model(torch.randn(2, 3))
@@ -238,7 +238,7 @@ def test_a_waiting_state_that_does_not_fit_the_modules_is_refused_at_attach() ->
 def test_a_watch_state_with_nan_steps_or_other_bins_is_refused() -> None:
     mine, *_ = _watched()
     state = mine.state_dict()
-    with pytest.raises(ValueError, match=r"field state.table.histograms must have dim 2 of size 8 \(bins is 8"):
+    with pytest.raises(ValueError, match=r"field state.table.histograms must have dim 2 of size 10 \(bins is 8"):
         Watch(hist_bins=8).load_state_dict(state)
     state["first"] = {"forward": {"path": "0", "step": math.nan}, "backward": None}
     with pytest.raises(ValueError, match=r"field state.first.forward.step must be an int >= 0, got nan"):
