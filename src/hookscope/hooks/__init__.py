@@ -5,13 +5,15 @@ idempotent `remove()`; `scope()` removes exactly what was registered inside it. 
 language for "which modules" and normalizes paths across DDP/compile/FSDP wrappers. `_module.py`, `_tensor.py`
 and `_optim.py` register module, tensor/parameter and optimizer hooks; `_grad.py` observes gradients of module
 outputs with tensor hooks (robust to in-place ops and nested outputs); `_fastai.py` builds `Hook`, `Hooks`,
-`hook_output(s)` on top; `_listing.py` lists and removes hooks. Everything above this package (monitors,
+`hook_output(s)` on top; `_listing.py` lists and removes hooks. `_calls.py` wraps every hook registered: copies and
+pickles of a model get inert hooks, and failures of hookscope's own hooks are contained (`HookErrors`, strict). Everything above this package (monitors,
 weights, summaries, callbacks) registers hooks only through these functions.
 """
 
+from ._calls import STRICT_ENV, HookErrors, InertHook, default_strict, user_stacklevel
 from ._fastai import Hook, Hooks, gather_tensor, hook_output, hook_outputs
 from ._grad import register_output_grad_hook
-from ._guards import check_hookable, is_compiled, warn_if_compiled
+from ._guards import check_hookable, check_real_device, is_compiled, warn_if_compiled
 from ._listing import HookInfo, list_hooks, remove_hooks
 from ._module import MODULE_KINDS, register_global_module_hook, register_module_hook
 from ._optim import register_global_optimizer_hook, register_optimizer_hook
@@ -24,14 +26,19 @@ __all__ = [
     "KINDS",
     "MODULE_KINDS",
     "REGISTRY",
+    "STRICT_ENV",
     "Hook",
+    "HookErrors",
     "HookHandle",
     "HookInfo",
     "HookRegistry",
     "Hooks",
+    "InertHook",
     "Scope",
     "Selector",
     "check_hookable",
+    "check_real_device",
+    "default_strict",
     "gather_tensor",
     "has_own_params",
     "hook_output",
@@ -54,5 +61,6 @@ __all__ = [
     "select_modules",
     "tensor_leaves",
     "unwrap",
+    "user_stacklevel",
     "warn_if_compiled",
 ]

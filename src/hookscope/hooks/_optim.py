@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
+from ._calls import CalledHook, HookErrors, hook_name
 from ._registry import REGISTRY, HookHandle
 
 __all__ = ["register_global_optimizer_hook", "register_optimizer_hook"]
@@ -22,8 +23,11 @@ def register_optimizer_hook(
     *,
     owner: object | None = None,
     tags: Iterable[str] = (),
+    errors: HookErrors | None = None,
 ) -> HookHandle:
     """Register `hook(optimizer, args, kwargs) -> None` before (`"step_pre"`) or after (`"step_post"`) each step.
+
+    Failures as in `hookscope.hooks.register_module_hook`.
 
     Raises:
         TypeError: `optimizer` is not a `torch.optim.Optimizer`.
@@ -31,6 +35,7 @@ def register_optimizer_hook(
     """
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    hook = CalledHook(hook, errors, f"optimizer {kind} hook {hook_name(hook)} on {type(optimizer).__name__}")
     if kind == "step_pre":
         handle = optimizer.register_step_pre_hook(hook)
     elif kind == "step_post":
@@ -41,13 +46,19 @@ def register_optimizer_hook(
 
 
 def register_global_optimizer_hook(
-    kind: str, hook: OptimizerHook, *, owner: object | None = None, tags: Iterable[str] = ()
+    kind: str,
+    hook: OptimizerHook,
+    *,
+    owner: object | None = None,
+    tags: Iterable[str] = (),
+    errors: HookErrors | None = None,
 ) -> HookHandle:
     """Register `hook(optimizer, args, kwargs) -> None` around the step of every optimizer in the process.
 
     Raises:
         ValueError: `kind` is neither `"step_pre"` nor `"step_post"`.
     """
+    hook = CalledHook(hook, errors, f"global optimizer {kind} hook {hook_name(hook)}")
     if kind == "step_pre":
         handle = register_optimizer_step_pre_hook(hook)
     elif kind == "step_post":
