@@ -2,23 +2,45 @@
 
 from __future__ import annotations
 
+import functools
 import math
+import threading
 import warnings
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
 import torch.nn as nn
 
 from .._errors import HookscopeWarning
-from ..hooks import Selector, tensor_leaves
+from ..hooks import HookErrors, HookHandle, Selector, check_real_device, tensor_leaves
 from ._hook_callback import HookCallback, HookFunction
 from ._moments import BATCH_BELOW, RecordLayout, RecordWriter
+from ._steps import ForwardFrames, Frame, uncounted
 
 __all__ = ["ActivationStats", "RecordsDroppedWarning"]
 
 
 class RecordsDroppedWarning(HookscopeWarning):
     """Observations were not kept because a capacity was reached (they are counted in `dropped`)."""
+
+
+Method = TypeVar("Method", bound=Callable[..., Any])
+
+
+def _contained(method: Method) -> Method:
+    """Run an `ActivationStats` event under its lock; a failure is counted and warned about, raised if strict."""
+
+    @functools.wraps(method)
+    def run(self: ActivationStats, *args: Any) -> Any:
+        try:
+            with self._lock:
+                return method(self, *args)
+        except Exception as err:
+            self.errors.failed(err, method.__name__)
+            return None
+
+    return run  # type: ignore[return-value]
 
 
 class ActivationStats(RecordWriter, HookCallback):
@@ -39,6 +61,11 @@ class ActivationStats(RecordWriter, HookCallback):
     `torch.compile` (attach first) the traced hooks only hand their outputs over, and the statistics are the same
     as in eager mode.
 
+    Batches follow hookscope's step rule (README, "What a step is"): forwards of the model under `no_grad` or
+    `inference_mode`, in eval mode, that raised, or recomputed by checkpointing are not recorded. A failure inside
+    its hooks never reaches the training: it is counted in `dropped` (`dropped_reasons["error"]`) and warned about
+    once, or raised with `strict=True`.
+
     Args:
         with_hist: Also record a histogram of each output.
         modules: Modules or selector (default: every module with parameters of its own), as `HookCallback`.
@@ -51,6 +78,7 @@ class ActivationStats(RecordWriter, HookCallback):
         remove_end: As `HookCallback`.
         detach: As `HookCallback` (the statistics never keep the graph).
         cpu: Move outputs to the CPU before computing the statistics (slower; default `False`).
+        strict: Raise failures of its hooks instead of counting them; `None` reads `HOOKSCOPE_STRICT`.
 
     Raises:
         ValueError: an argument is out of range (the message says which).
@@ -78,12 +106,18 @@ class ActivationStats(RecordWriter, HookCallback):
         remove_end: bool = True,
         detach: bool = True,
         cpu: bool = False,
+        strict: bool | None = None,
     ) -> None:
         super().__init__(modules, every, remove_end, True, detach, cpu)
         _check_options(hist_bins, hist_range, capacity)
         self.with_hist, self.near_zero, self.hist_bins = with_hist, float(near_zero), hist_bins
         self.hist_range, self.capacity = hist_range, capacity
         self.dropped = 0
+        self.dropped_reasons: dict[str, int] = {}
+        self.errors = HookErrors("ActivationStats", strict, self._count_dropped)
+        self._lock = threading.RLock()  # hooks from several threads record one at a time
+        self._frames: ForwardFrames | None = None
+        self._frame_handles: list[HookHandle] = []
         self._reset()
 
     def _reset(self) -> None:
@@ -105,12 +139,39 @@ class ActivationStats(RecordWriter, HookCallback):
         self._scratch: dict[torch.device, torch.Tensor] = {}
 
     def on_fit_start(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> None:
-        """Start a new set of records (as fastai) and resolve the modules."""
+        """Start a new set of records (as fastai) and resolve the modules.
+
+        Raises:
+            ValueError: `model` is on the meta device.
+        """
+        check_real_device(model, "model")
         self._reset()
         self.dropped = 0
+        self.dropped_reasons = {}
         super().on_fit_start(model, optimizer)
         self._scales = [None] * len(self.paths)
+        self._frames = ForwardFrames(True, self._frame_ended)
+        self._frame_handles = self._frames.register(model, owner=self, tags=("ActivationStats",), errors=self.errors)
 
+    def _hook_errors(self) -> HookErrors | None:
+        return self.errors
+
+    def _count_dropped(self, reason: str, count: int = 1) -> None:
+        self.dropped += count
+        self.dropped_reasons[reason] = self.dropped_reasons.get(reason, 0) + count
+
+    def _frame_ended(self, frame: Frame, completed: bool) -> None:
+        """A root forward ended: keep what its hooks staged if it completed, else count it as dropped."""
+        if not frame.items:
+            return
+        with self._lock:
+            if not completed:
+                self._count_dropped("raised", len(frame.items))
+                return
+            for pending in frame.items:
+                self._keep(pending)
+
+    @_contained
     def on_batch_start(self, batch: int) -> None:
         """Open a record for an observed batch (or count it as dropped past `capacity`)."""
         if self.every is not None and batch % self.every != 0:
@@ -126,6 +187,7 @@ class ActivationStats(RecordWriter, HookCallback):
         self._cache = None
         super().on_batch_start(batch)
 
+    @_contained
     def on_batch_end(self, batch: int) -> None:
         """Close the open record: write its large outputs (small ones wait to be described with later ones)."""
         self._close()
@@ -134,12 +196,19 @@ class ActivationStats(RecordWriter, HookCallback):
 
     def on_fit_end(self, error: BaseException | None = None) -> None:
         """Describe what is pending and remove the hooks (as `HookCallback`)."""
-        self._settle()
-        self._scratch.clear()
-        super().on_fit_end(error)
+        try:
+            with self._lock:
+                self._settle()
+                self._scratch.clear()
+        except Exception as err:
+            self.errors.failed(err, "on_fit_end")
+        finally:
+            while self._frame_handles:
+                self._frame_handles.pop().remove()
+            super().on_fit_end(error)
 
     def _drop(self) -> None:
-        self.dropped += 1
+        self._count_dropped("capacity")
         if not self._warned:
             self._warned = True
             warnings.warn(
@@ -159,7 +228,7 @@ class ActivationStats(RecordWriter, HookCallback):
         return {"mean": mean, "std": std, "near_zero": (xf <= self.near_zero).float().mean()}
 
     def _make_hook(self, index: int) -> HookFunction:
-        record, ref = self._record, self._module_refs[index]
+        ref = self._module_refs[index]
 
         def hook_fn(module: nn.Module, inputs: Any, output: Any) -> None:
             if torch.compiler.is_compiling():  # traced: read one flag, append to one list, nothing else
@@ -168,24 +237,53 @@ class ActivationStats(RecordWriter, HookCallback):
                     dtype = torch.float64 if x.numel() < BATCH_BELOW else torch.float32
                     self._traced.append((index, x.detach().to(dtype, copy=True)))
             elif module is ref():  # not a deepcopy of the model, which shares the hooks
-                record(index, output)
+                with self._lock:
+                    self._on_output(index, module, output)
 
         return hook_fn
 
-    def _record(self, index: int, output: Any) -> None:
+    def _on_output(self, index: int, module: nn.Module, output: Any) -> None:
+        """Apply the step rule: what a call inside a root forward records waits for that forward to complete."""
+        if self._row < 0:
+            return
+        frame = self._frames.current() if self._frames is not None else None
+        reason = uncounted(module) if frame is None else frame.reason
+        if reason is not None:
+            self._count_dropped(reason)
+            return
+        pending = self._record(index, output, staged=frame is not None)
+        if frame is not None and pending is not None:
+            frame.items.append(pending)
+
+    def _record(self, index: int, output: Any, staged: bool = False) -> Any:
+        """Keep a copy of a small output, describe a large one now (in cache, before in-place ops change it); with
+        `staged`, return what to keep instead of keeping it (`_keep`)."""
         row = self._row
-        if row < 0:
-            return
         x = output if type(output) is torch.Tensor else _first_float(output)
-        if x is None or not x.is_floating_point() or x.numel() == 0:
-            return
+        if row < 0 or x is None or not x.is_floating_point() or x.numel() == 0 or not _describable(x):
+            return None
         x = x.detach()
         if self.cpu:
             x = x.cpu()
-        if x.numel() < BATCH_BELOW:
-            self._keep_small(row, index, x)
+        if x.numel() < BATCH_BELOW or x.is_inference():  # inference tensors have no version: copy them too
+            pending: Any = (row, index, x.to(torch.float64, copy=True))
         else:
             self._describe_large(row, index, x.reshape(-1) if x.dtype == torch.float32 else x.reshape(-1).float())
+            pending = self._large.pop()
+        if staged:
+            return pending
+        self._keep(pending)
+        return None
+
+    def _keep(self, pending: Any) -> None:
+        """Keep a small output's copy `(row, module, values)` or a large output's description (5 fields)."""
+        if len(pending) == 3:
+            row = pending[0]
+            self._keep_owned(*pending)
+            if len(self._small) > 1 and self._small[-2][0] > row:  # a forward of another thread ended late
+                self._small.sort(key=lambda entry: entry[0])
+        else:
+            self._large.append(pending)
 
     @property
     def stats(self) -> list[list[dict[str, Any]]]:
@@ -324,6 +422,11 @@ def _check_options(hist_bins: int, hist_range: tuple[float, float] | None, capac
             raise ValueError(f"hist_range must be (low, high) with finite low < high, or None, got {hist_range!r}")
     if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
         raise ValueError(f"capacity must be a positive int, got {capacity!r}")
+
+
+def _describable(x: torch.Tensor) -> bool:
+    """Whether the statistics can read `x`: a plain strided tensor (not sparse, not nested)."""
+    return x.layout == torch.strided and not x.is_nested
 
 
 def _first_float(output: Any) -> torch.Tensor | None:
