@@ -33,6 +33,7 @@ def watch(
     doctor: bool = False,
     doctor_every: int = 100,
     scaler: torch.amp.GradScaler | None = None,
+    strict: bool | None = None,
 ) -> Watch:
     """Monitor `model` while it trains: use as `with watch(model, opt) as w: <train>`, then `w.results()`.
 
@@ -52,9 +53,14 @@ def watch(
     without graph breaks, and the statistics are the same as in eager mode (compiled backwards cannot report the
     order they ran in: `first_nonfinite` assumes the reverse of the forward order).
 
-    A step is one training-mode forward of `model` (the root), or one optimizer step when `optimizer` is given
-    (forwards of gradient accumulation then merge into one step). Modules selected but never run in a step are
-    listed in `results().unobserved` with advice, and warned about once.
+    A step is one optimizer step when `optimizer` is given (the forwards of gradient accumulation, and those of a
+    closure such as LBFGS's, merge into it), else one training forward of `model` (the root) with its backward.
+    Forwards under `no_grad`/`inference_mode`, in eval mode, that raised, or recomputed by checkpointing are not
+    merged into a step (they are counted in `dropped`); see "What a step is" in the README. Modules selected but
+    never run in a step are listed in `results().unobserved` with advice, and warned about once. A failure inside
+    the watch's own hooks never reaches the training: it is counted in `dropped["error"]` and warned about once
+    (`HookFailureWarning`), or raised with `strict=True`. A model holding the watch can be pickled, saved with
+    `torch.save` and deep-copied: the copy carries inert hooks.
 
     Args:
         model: The model to watch.
@@ -80,12 +86,14 @@ def watch(
             skips (non-finite gradients) is a step of its own, listed in `results().skipped_steps`, with no
             parameter gradients or update ratios. Without it, such a step's forward merges into the next step.
             Parameter-gradient norms are unscaled either way (`scaler.step` unscales before the optimizer).
+        strict: Raise failures of the watch's own hooks instead of counting them; `None` reads the
+            `HOOKSCOPE_STRICT` environment variable (off unless set to 1).
 
     Returns:
         The `Watch` (not attached yet: `with` or `attach()` attaches it).
 
     Raises:
-        ValueError: an option is out of range.
+        ValueError: an option is out of range, or the model is on the meta device (at attach).
         TypeError: `model` is not an `nn.Module` (or is a TorchScript module), a sink lacks `write`/`close`.
 
     Example:
@@ -105,4 +113,5 @@ def watch(
         model, optimizer, select=select, every=every, train_only=train_only, groups=groups, capacity=capacity,
         buffer_steps=buffer_steps, hist_bins=hist_bins, hist_range=hist_range, near_zero=near_zero,
         check_nonfinite=check_nonfinite, sinks=sinks, doctor=doctor, doctor_every=doctor_every, scaler=scaler,
+        strict=strict,
     )  # fmt: skip

@@ -119,8 +119,15 @@ class ParamRecorder(StepWriter):
 
 
 def _flatten(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """All values of `tensors` (gradients, or parameters under `no_grad`) in one new flat float32 tensor."""
-    return _as(torch._C._nn.flatten_dense_tensors(tensors), torch.float32)
+    """All values of `tensors` (gradients, or parameters under `no_grad`) in one new flat float32 tensor.
+
+    `flatten_dense_tensors` of a single tensor returns a view of it, not a copy: the copy is made here, or the
+    snapshot of a lone parameter would be the parameter itself (and `sub_` on it would write into the weight).
+    """
+    flat = torch._C._nn.flatten_dense_tensors(tensors)
+    if len(tensors) == 1 and flat.dtype == torch.float32:
+        flat = flat.clone()
+    return _as(flat, torch.float32)
 
 
 def _as(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

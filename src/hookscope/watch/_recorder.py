@@ -1,8 +1,12 @@
 """The hooks of one attached watch and what they leave for the end of the step.
 
-The forward hook of each selected module takes one of three paths, decided once per step by `Watch`: record
+The forward hook of each selected module first asks the step rule (`hookscope.callbacks._steps`) whether its call
+belongs to a training step: calls inside a root forward that is not training (no_grad, inference_mode, eval) or
+that is a recomputation (checkpoint) are counted in `dropped`, and what a root forward records is staged in its
+`Frame` and kept only when that forward completes. Then one of three paths, decided once per step by `Watch`: record
 (the step is recorded), check (an unrecorded training step: only whether the output and its gradient are
-finite) or skip (counted in `dropped`). Recording does little in the hook: a large output gets its statistics at
+finite) or skip (counted in `dropped`). Hooks run one at a time (the watch's lock: forwards from several threads),
+and a failure inside them is handed to the watch's `HookErrors` (counted, warned once, or raised when strict). Recording does little in the hook: a large output gets its statistics at
 once (`_kernels.py`, while it is in cache and before an in-place op can change it), a small one is copied into the
 step's `StepLog`; gradient hooks do the same. `settle()` at the end of the step closes the log; the small
 tensors of several closed steps are described together (`_batch.py`) when they are written into their rows
@@ -16,6 +20,7 @@ host.
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -23,7 +28,8 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from ..hooks import HookHandle, register_module_hook, tensor_leaves
+from ..callbacks._steps import ForwardFrames, Frame, uncounted
+from ..hooks import HookErrors, HookHandle, register_module_hook, tensor_leaves
 from ._buffers import ACTIVATION, OUTPUT_GRAD, StepBuffers
 from ._kernels import (
     BATCH_BELOW,
@@ -64,9 +70,10 @@ class Recorder(ParamRecorder):
         self.module_refs = [weakref.ref(m) for _, m in modules]
         self.param_names = [name for name, _ in params]
         self.bounds = [saturation_bounds(m) for _, m in modules]
-        self.row = -1  # the id of the row the hooks write into now; -1 when this moment is not recorded
+        self.row = -1  # traced hooks: the row of the training batch running now; -1 when it is not recorded
         self.checking = False  # the open step is an unrecorded training step whose non-finite values are checked
-        self.active = False  # inside a training batch
+        self.step_open = False  # a step is open (recorded, checked or skipped by sampling)
+        self.active = False  # inside a training batch (the flags traced hooks read follow it)
         self.recording = False  # row >= 0: the flag traced hooks read (a bool, so compiled code is reused)
         self.checking_now = False  # checking and active
         self.observed = [False] * count
@@ -88,6 +95,10 @@ class Recorder(ParamRecorder):
         self._capture = self._stats or self._hist or self._units
         self._traced_grad_hooks = [self._traced_grad_hook(j) for j in range(count)]
         self._traced_check_hooks = [self._traced_check_hook(j) for j in range(count)]
+        self.lock: threading.RLock = threading.RLock()  # the watch's: hooks and events run one at a time
+        self.errors: HookErrors | None = None  # the watch's: where failures of these hooks go
+        self.frames: ForwardFrames | None = None  # the root forwards running, per thread
+        self.label: Callable[[str], None] = _no_label  # label the open step (`"retain_graph"`)
 
     def matches(self, modules: list[tuple[str, nn.Module]], params: list[tuple[str, nn.Parameter]]) -> bool:
         """Whether `modules` and `params` have the paths and names this recorder was built for."""
@@ -109,7 +120,8 @@ class Recorder(ParamRecorder):
                 if self.stage is None:
                     self.stage = torch.zeros(len(self.paths), 4, device=_device_of(module))
                 hook = self._forward_hook(index)
-                self._handles.append(register_module_hook(module, "forward", hook, owner=self, path=path, tags=_TAGS))
+                handle = register_module_hook(module, "forward", hook, owner=self, path=path, tags=_TAGS, errors=self.errors)
+                self._handles.append(handle)
 
     def remove(self) -> None:
         """Remove the hooks and let go of the parameters and buffers; calling it again does nothing."""
@@ -124,7 +136,7 @@ class Recorder(ParamRecorder):
         self.dropped[reason] = self.dropped.get(reason, 0) + count
 
     def enter_batch(self, row: int) -> None:
-        """A training batch of the open step begins: record into `row` (-1: check or skip)."""
+        """A training batch of the open step begins: traced hooks record into `row` (-1: check or skip)."""
         self.active, self.row = True, row
         self.recording, self.checking_now = row >= 0, row < 0 and self.checking
 
@@ -139,16 +151,53 @@ class Recorder(ParamRecorder):
         def hook(module: nn.Module, args: Any, output: Any) -> None:
             if torch.compiler.is_compiling():
                 self._traced_forward(index, output)
-            elif module is not ref():  # a deepcopy of the model shares the hooks; it is not watched
-                return
-            elif self.row >= 0:
-                self._record(index, module, output)
-            elif self.checking and self.active:
-                self._check(index, output)
-            else:
-                self.drop("sampling" if self.active else "eval" if not module.training else "outside_step")
+            elif module is ref():  # not a deepcopy of the model sharing the hooks: it is not watched
+                with self.lock:
+                    self._on_output(index, module, output)
 
         return hook
+
+    def _on_output(self, index: int, module: nn.Module, output: Any) -> None:
+        """Apply the step rule to one call of module `index`, then record, check or skip it."""
+        frame = self.frames.current() if self.frames is not None else None
+        reason = uncounted(module, self.options.train_only) if frame is None else frame.reason
+        if reason == "recompute":  # counted once: only its output gradients, which the first pass may lack
+            self.drop("recompute")
+            if self.open_row >= 0 and self.log is not None and self._grads and torch.is_grad_enabled():
+                _hook_grads(output, self._grad_hook(index, self.log), self._repeated)
+            return
+        if reason is not None:
+            self.drop(reason)
+        elif self.open_row >= 0:
+            self._record(index, module, output, _staged(frame))
+        elif self.checking:
+            self._check(index, output, _staged(frame))
+        else:
+            self.drop("sampling" if self.step_open else "outside_step")
+
+    def commit(self, frame: Frame, completed: bool) -> None:
+        """A root forward ended: keep what its hooks staged if it completed, else count it in `dropped`."""
+        if not frame.items:
+            return
+        staged: _Staged = frame.items[0]
+        if not completed:
+            self.drop("raised", staged.calls)
+            return
+        log = self.log
+        if staged.log.values or staged.log.acts or any(staged.log.small):
+            if log is None:
+                self.drop("outside_step", staged.calls)
+                return
+            for kind, entries in enumerate(staged.log.small):
+                log.small[kind].extend(entries)
+            log.acts.extend(staged.log.acts)
+            log.values += staged.log.values
+        self.checks.extend(staged.checks)
+        table = self.unit_table.flat
+        for start, active, index, per_unit in staged.units:
+            if table is not None:
+                table[start : start + active.numel()].add_(active)
+                self.unit_values[index] += per_unit
 
     def _rank(self, direction: int, index: int) -> None:
         ranked = self._ranked[direction]
@@ -156,21 +205,37 @@ class Recorder(ParamRecorder):
             ranked[index] = True
             (self.backward_order if direction else self.forward_order).append(index)
 
-    def _record(self, index: int, module: nn.Module, output: Any) -> None:
+    def _record(self, index: int, module: nn.Module, output: Any, staged: _Staged | None) -> None:
         self.observed[index] = True
         self._rank(0, index)
-        log = self.log
+        log, target = self.log, (self.log if staged is None else staged.log)
+        if staged is not None:
+            staged.calls += 1
         x = first_float(output) if self._capture else None
-        if x is not None and x.numel() and log is not None:
-            if x.numel() < BATCH_BELOW:
-                self.keep_small(log, ACTIVATION, index, x.detach())
+        if x is not None and not _describable(x):
+            self.drop("unsupported_layout")
+            x = None
+        if x is not None and x.numel() and target is not None:
+            if x.is_inference():  # inference tensors have no version counter: keep an owned copy
+                self.keep_owned(target, ACTIVATION, index, x.to(torch.float32, copy=True).reshape(x.shape))
+            elif x.numel() < BATCH_BELOW:
+                self.keep_small(target, ACTIVATION, index, x.detach())
             else:
-                self.describe_large(log, index, x.detach(), module)
+                self.describe_large(target, index, x.detach(), module, staged)
         if self._grads and torch.is_grad_enabled() and log is not None:
-            _hook_grads(output, self._grad_hook(index, log))
+            _hook_grads(output, self._grad_hook(index, log), self._repeated)
 
-    def describe_large(self, log: StepLog, index: int, x: torch.Tensor, module: nn.Module | None) -> None:
-        """Take the statistics of a large output `x` of module `index` now (in cache, before in-place ops)."""
+    def _repeated(self) -> None:
+        """A backward went through an output a second time (`retain_graph=True`): keep the first, label the step."""
+        with self.lock:
+            self.drop("retain_graph")
+            self.label("retain_graph")
+
+    def describe_large(
+        self, log: StepLog, index: int, x: torch.Tensor, module: nn.Module | None, staged: _Staged | None = None
+    ) -> None:
+        """Take the statistics of a large output `x` of module `index` now (in cache, before in-place ops); unit
+        activity waits in `staged` until its forward completes, when given."""
         flat = x.reshape(-1) if x.dtype == torch.float32 else x.reshape(-1).float()
         vector = activation_vector(flat, self.options.near_zero, self.bounds[index], self.scratch)
         hist = None
@@ -180,7 +245,7 @@ class Recorder(ParamRecorder):
         if self._units and module is not None:
             dims = unit_dims(module, x.dim())
             if dims is not None:
-                self._add_units(index, x.shape, dims, flat)
+                self._add_units(index, x.shape, dims, flat, staged)
         log.acts.append((index, flat.numel(), vector, hist))
 
     def _scale_of(self, index: int, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -194,13 +259,23 @@ class Recorder(ParamRecorder):
             state.ready[index] = True
         return state.scale[index], state.shift[index]
 
-    def _add_units(self, index: int, shape: torch.Size, dims: tuple[int, tuple[int, ...]], flat: torch.Tensor) -> None:
+    def _add_units(
+        self,
+        index: int,
+        shape: torch.Size,
+        dims: tuple[int, tuple[int, ...]],
+        flat: torch.Tensor,
+        staged: _Staged | None = None,
+    ) -> None:
         unit, reduce = dims
         start = self.unit_table.slot(index, shape[unit], flat.device)
         if start is None:
             self.drop("unit_shape")
             return
         active = unit_activity(flat.view(shape), reduce, self.scratch)
+        if staged is not None:
+            staged.units.append((start, active.clone(), index, flat.numel() // shape[unit]))
+            return
         table = self.unit_table.flat
         if table is not None:
             table[start : start + shape[unit]].add_(active)
@@ -226,16 +301,29 @@ class Recorder(ParamRecorder):
         def hook(grad: torch.Tensor | None) -> None:
             if grad is None:
                 return
-            if log.written:
-                self.late_gradient(log, index, grad)
-                return
-            self._rank(1, index)
-            if grad.numel() < BATCH_BELOW:
-                self.keep_small(log, OUTPUT_GRAD, index, grad.detach() if grad.requires_grad else grad)
-            else:
-                log.grads.append((index, grad_vector(grad.detach())))
+            try:
+                with self.lock:
+                    self._on_grad(index, log, grad)
+            except Exception as err:
+                if self.errors is None:
+                    raise
+                self.errors.failed(err, f"output-gradient hook on {self.paths[index]!r}")
 
         return hook
+
+    def _on_grad(self, index: int, log: StepLog, grad: torch.Tensor) -> None:
+        grad = _plain_grad(grad)
+        if grad is None:
+            self.drop("unsupported_layout")
+            return
+        if log.written:
+            self.late_gradient(log, index, grad)
+            return
+        self._rank(1, index)
+        if grad.numel() < BATCH_BELOW:
+            self.keep_small(log, OUTPUT_GRAD, index, grad.detach() if grad.requires_grad else grad)
+        else:
+            log.grads.append((index, grad_vector(grad.detach())))
 
     def _traced_grad_hook(self, index: int) -> GradHook:
         def hook(grad: torch.Tensor) -> None:
@@ -254,21 +342,29 @@ class Recorder(ParamRecorder):
         return hook
 
     # ---- unrecorded steps: non-finite checks ---------------------------------------------------------------
-    def _check(self, index: int, output: Any) -> None:
+    def _check(self, index: int, output: Any, staged: _Staged | None) -> None:
         self.drop("sampling")
         self.observed[index] = True
         self._rank(0, index)
         x = first_float(output)
-        if x is None or not x.numel():
+        if x is None or not x.numel() or not _describable(x):
             return
-        self.checks.append((0, index, torch.aminmax(x.detach())))
+        (self.checks if staged is None else staged.checks).append((0, index, torch.aminmax(x.detach())))
         if torch.is_grad_enabled():
-            _hook_grads(output, self._check_hook(index))
+            _hook_grads(output, self._check_hook(index), self._repeated)
 
     def _check_hook(self, index: int) -> GradHook:
         def hook(grad: torch.Tensor) -> None:
-            self._rank(1, index)
-            self.checks.append((1, index, torch.aminmax(grad)))
+            try:
+                plain = _plain_grad(grad)
+                if plain is not None and plain.numel():
+                    with self.lock:
+                        self._rank(1, index)
+                        self.checks.append((1, index, torch.aminmax(plain)))
+            except Exception as err:
+                if self.errors is None:
+                    raise
+                self.errors.failed(err, f"output-gradient check on {self.paths[index]!r}")
 
         return hook
 
@@ -350,20 +446,63 @@ class Recorder(ParamRecorder):
         return [ref() for ref in self.module_refs]
 
 
-def _hook_grads(output: Any, hook: GradHook) -> None:
+class _Staged:
+    """What the hooks of one root forward recorded, kept when that forward completes (`Recorder.commit`)."""
+
+    __slots__ = ("calls", "checks", "log", "units")
+
+    def __init__(self) -> None:
+        self.log = StepLog(-1)
+        self.checks: list[tuple[int, int, tuple[torch.Tensor, torch.Tensor]]] = []
+        self.units: list[tuple[int, torch.Tensor, int, int]] = []  # (table start, active counts, module, per unit)
+        self.calls = 0
+
+
+def _staged(frame: Frame | None) -> _Staged | None:
+    """The staging area of `frame` (made on first use); `None` outside a root forward: record directly."""
+    if frame is None:
+        return None
+    if not frame.items:
+        frame.items.append(_Staged())
+    staged: _Staged = frame.items[0]
+    return staged
+
+
+def _describable(x: torch.Tensor) -> bool:
+    """Whether the statistics can read `x`: a plain strided tensor (not sparse, not nested)."""
+    return x.layout == torch.strided and not x.is_nested
+
+
+def _plain_grad(grad: torch.Tensor) -> torch.Tensor | None:
+    """`grad` as the real tensor whose norm is its norm (|z| for complex), `None` for sparse or nested ones."""
+    if not _describable(grad):
+        return None
+    return grad.abs() if grad.is_complex() else grad
+
+
+def _no_label(label: str) -> None:
+    return None
+
+
+def _no_repeat() -> None:
+    return None
+
+
+def _hook_grads(output: Any, hook: GradHook, repeated: Callable[[], None] = _no_repeat) -> None:
     # Ephemeral per-call hooks on the output tensors: they die with the graph, so they bypass the registry (as
     # hookscope.hooks.register_output_grad_hook does) and work when an in-place op follows the module.
     if type(output) is torch.Tensor:
-        _hook_grad(output, hook)
+        _hook_grad(output, hook, repeated)
         return
     for _, tensor in tensor_leaves(output):
-        _hook_grad(tensor, hook)
+        _hook_grad(tensor, hook, repeated)
 
 
-def _hook_grad(tensor: torch.Tensor, hook: GradHook) -> None:
-    """Call `hook(grad)` with the gradient of `tensor`: a pre-hook on the node that made it (half the cost of
-    `Tensor.register_hook`, same gradient: the one w.r.t. this version of the tensor), a tensor hook for leaves
-    and under `torch.compile`."""
+def _hook_grad(tensor: torch.Tensor, hook: GradHook, repeated: Callable[[], None]) -> None:
+    """Call `hook(grad)` with the gradient of `tensor` once: a pre-hook on the node that made it (half the cost
+    of `Tensor.register_hook`, same gradient: the one w.r.t. this version of the tensor), a tensor hook for leaves
+    and under `torch.compile`. A later backward through the same graph (`retain_graph=True`) calls `repeated()`
+    instead."""
     if not tensor.requires_grad:
         return
     if torch.compiler.is_compiling() or tensor.grad_fn is None:
@@ -371,8 +510,13 @@ def _hook_grad(tensor: torch.Tensor, hook: GradHook) -> None:
         return
     node = tensor.grad_fn
     slot = tensor.output_nr
+    fired = [False]
 
     def prehook(grads: tuple[torch.Tensor | None, ...]) -> None:
+        if fired[0]:
+            repeated()
+            return
+        fired[0] = True
         hook(grads[slot])
 
     node.register_prehook(prehook)

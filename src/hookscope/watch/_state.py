@@ -17,7 +17,7 @@ __all__ = ["load_watch_state", "watch_state"]
 
 _VERSION = 1
 _COUNTERS = ("_batches", "_optimizer_steps", "_step", "_recorded", "_warned_unobserved")
-_OPTIONAL = {"_skipped": list}  # added after version 1 was written: absent from older states
+_OPTIONAL = {"_skipped": list, "_labelled": list}  # added after version 1 was written: absent from older states
 _RECORDER = ("dropped", "observed", "forward_order", "backward_order", "unit_values")
 
 

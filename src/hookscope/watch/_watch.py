@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import functools
+import threading
 import warnings
 import weakref
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 import torch
 import torch.nn as nn
 
 from .._errors import UnobservedModuleWarning
 from ..callbacks import Callback, LoopDriver
+from ..callbacks._steps import ForwardFrames, Frame
 from ..distributed import grad_reduction
-from ..hooks import Selector, check_hookable, normalize_path, select_modules
+from ..hooks import HookErrors, HookHandle, Selector, check_hookable, check_real_device, normalize_path, select_modules
 from ._assemble import build_results, first_from_flags, first_nonfinite, merge_first
 from ._extras import collect_extras, watch_meta
 from ._options import GROUPS, WatchOptions
@@ -25,6 +28,23 @@ from ._state import apply_recorder_state, load_watch_state, watch_state
 from ._store import SeriesStore
 
 __all__ = ["ACTIVATION_TYPES", "Watch", "default_selector"]
+
+Method = TypeVar("Method", bound=Callable[..., Any])
+
+
+def _contained(method: Method) -> Method:
+    """Run a `Watch` event under its lock; a failure is the watch's own: counted and warned, raised if strict."""
+
+    @functools.wraps(method)
+    def run(self: Watch, *args: Any) -> Any:
+        try:
+            with self._lock:
+                return method(self, *args)
+        except Exception as err:
+            self.errors.failed(err, method.__name__)
+            return None
+
+    return run  # type: ignore[return-value]
 
 ACTIVATION_TYPES: tuple[type[nn.Module], ...] = (
     nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.RReLU, nn.ELU, nn.CELU, nn.SELU, nn.GELU, nn.SiLU, nn.Mish, nn.Hardswish,
@@ -66,7 +86,9 @@ class Watch(Callback):
         doctor: bool = False,
         doctor_every: int = 100,
         scaler: torch.amp.GradScaler | None = None,
+        strict: bool | None = None,
     ) -> None:
+        self.errors = HookErrors("watch()", strict, self._count_error)
         self.options = WatchOptions.build(
             every=every, train_only=train_only, groups=groups, capacity=capacity, buffer_steps=buffer_steps,
             hist_bins=hist_bins, hist_range=hist_range, near_zero=near_zero, check_nonfinite=check_nonfinite,
@@ -96,6 +118,12 @@ class Watch(Callback):
         self._doctor_at = 0
         self._meta: dict[str, Any] = {}
         self._pending_recorder_state: dict[str, Any] | None = None
+        self._lock = threading.RLock()  # hooks and events from several threads run one at a time
+        self._frame_handles: list[HookHandle] = []
+        self._in_step = False  # between the watched optimizer's step pre- and post-hook (a closure runs there)
+        self._closure_grads = False  # parameter gradients were taken from a backward inside the step
+        self._step_backwards = 0  # backwards in the open step
+        self._labelled: list[list[Any]] = []  # [label, step]: steps labelled rather than merged (JSON-able)
 
     # ---- attaching -------------------------------------------------------------------------------------------
     def attach(self, model: nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None) -> LoopDriver:
@@ -113,6 +141,26 @@ class Watch(Callback):
         optimizer = optimizer if optimizer is not None else _alive(self._optimizer_ref)
         self._driver = LoopDriver([self], model, optimizer, train_only=self.options.train_only)
         return self._driver
+
+    def attach_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Count steps by `optimizer`'s steps from now on, and record update ratios (attached, plain-loop driver).
+
+        The open step goes on as the step of `optimizer`'s next step. `hookscope run` uses it for a model whose
+        optimizer is known only when it first steps.
+
+        Raises:
+            TypeError: `optimizer` is not an optimizer.
+            RuntimeError: the watch is not attached by `attach()`, or already has an optimizer.
+        """
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        if self._driver is None or self._optimizer_ref is not None:
+            raise RuntimeError("attach_optimizer needs a watch attached by attach() without an optimizer")
+        with self._lock:
+            self._optimizer_ref = weakref.ref(optimizer)
+            self._optimizer_steps = max(self._step, 0)
+            self._meta["optimizer"] = type(optimizer).__name__
+            self._driver.add_optimizer(optimizer)
 
     def detach(self) -> None:
         """Stop watching: close the open step, flush, remove every hook; calling it again does nothing."""
@@ -142,6 +190,7 @@ class Watch(Callback):
         if self._attached:
             raise RuntimeError("watch is already attached to a model; call detach() before attaching it again")
         check_hookable(model, "model")
+        check_real_device(model, "model")
         if self._scaler is not None and optimizer is None:
             raise ValueError(
                 "scaler needs the optimizer (a skipped step is an optimizer step that did not happen): pass "
@@ -169,9 +218,13 @@ class Watch(Callback):
             self._meta["grad_scaler"] = "unscaled" if self._scaler.readable else "scaled (GradScaler unreadable)"
         self._recorder = recorder
         apply_recorder_state(self)
+        recorder.lock, recorder.errors, recorder.label = self._lock, self.errors, self._label
+        recorder.frames = frames = ForwardFrames(self.options.train_only, self._frame_ended)
         recorder.register()
+        self._frame_handles = frames.register(model, owner=self, tags=("watch",), errors=self.errors)
         self._attached = True
 
+    @_contained
     def on_batch_start(self, batch: int) -> None:
         """Open (or continue) the step this training batch belongs to."""
         recorder = self._recorder
@@ -179,36 +232,47 @@ class Watch(Callback):
             return
         self._batches += 1
         self._poll_scaler()
-        step = self._optimizer_steps if self._optimizer_ref is not None else self._batches - 1
-        if step != self._step or (recorder.open_row < 0 and not recorder.checking):
-            self._begin_step(step)
+        self._ensure_step()
         recorder.enter_batch(recorder.open_row)
 
+    @_contained
     def on_batch_end(self, batch: int) -> None:
-        """Stop recording forwards until the next training batch."""
+        """Stop recording forwards of compiled models until the next training batch."""
         if self._recorder is not None:
             self._recorder.leave_batch()
 
+    @_contained
     def after_backward(self) -> None:
-        """Keep the loss scale of this backward (with `scaler`); without an optimizer, take the parameter
-        gradient statistics now."""
+        """Keep the loss scale of this backward (with `scaler`); take the parameter gradient statistics now
+        without an optimizer, or after the first backward of a closure that the optimizer's step runs."""
         recorder = self._recorder
         if recorder is None:
             return
+        self._step_backwards += 1
         if self._scaler is not None and recorder.log is not None:
             recorder.log.grad_factor = self._scaler.factor()
         if self._optimizer_ref is None:
             recorder.record_param_grads()
+        elif self._in_step and not self._closure_grads:  # the gradients the closure step starts from
+            self._closure_grads = True
+            recorder.record_param_grads()
 
+    @_contained
     def before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """Take the parameter gradient statistics and copy the weights (for update ratios)."""
+        """Open the step if it has not begun (a closure step), take the parameter gradient statistics and copy
+        the weights (for update ratios)."""
         if self._recorder is not None and self._is_ours(optimizer):
+            if self._optimizer_ref is not None:
+                self._ensure_step()
+            self._in_step, self._closure_grads = True, False
             self._recorder.record_param_grads()
             self._recorder.snapshot()
 
+    @_contained
     def after_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Record update-to-weight ratios and count the step."""
         if self._recorder is not None and self._is_ours(optimizer):
+            self._in_step = False
             self._recorder.record_ratios()
             self._optimizer_steps += 1
             if self._scaler is not None:
@@ -220,18 +284,43 @@ class Watch(Callback):
         if recorder is None or not self._attached:
             return
         try:
-            if error is not None:
-                self._warned_unobserved = True  # a step cut short proves nothing about unobserved modules
-            self._poll_scaler()
-            self._end_step()
-            self._flush()
-            self._warn_unobserved()
+            with self._lock:
+                self._finish(error)
+        except Exception as err:
+            self.errors.failed(err, "on_fit_end")
         finally:
+            while self._frame_handles:
+                self._frame_handles.pop().remove()
             recorder.remove()
             self._attached = False
             for sink in self.sinks:
                 sink.close()
 
+    def _finish(self, error: BaseException | None) -> None:
+        if error is not None:
+            self._warned_unobserved = True  # a step cut short proves nothing about unobserved modules
+        self._poll_scaler()
+        self._end_step()
+        self._flush()
+        self._warn_unobserved()
+
+    def _frame_ended(self, frame: Frame, completed: bool) -> None:
+        """A root forward ended: keep what it recorded if it completed (`Recorder.commit`)."""
+        recorder = self._recorder
+        if recorder is not None and frame.items:
+            with self._lock:
+                recorder.commit(frame, completed)
+
+    def _count_error(self, reason: str) -> None:
+        if self._recorder is not None:
+            self._recorder.drop(reason)
+
+    def _label(self, label: str) -> None:
+        """Label the open step (`"retain_graph"`: a backward went through its forward twice)."""
+        if self._step >= 0 and [label, self._step] not in self._labelled:
+            self._labelled.append([label, self._step])
+
+    @_contained
     def log_loss(self, loss: torch.Tensor | float) -> None:
         """Record the loss of the current step on the device (averaged when logged several times in a step)."""
         if self._recorder is not None:
@@ -252,12 +341,29 @@ class Watch(Callback):
         tracker.stepped = False
 
     # ---- steps -----------------------------------------------------------------------------------------------
+    def _ensure_step(self) -> None:
+        """Open the step the next event belongs to: the optimizer's next step, or this training forward's."""
+        recorder = self._recorder
+        if recorder is None:
+            return
+        step = self._optimizer_steps if self._optimizer_ref is not None else self._batches - 1
+        if step != self._step or (recorder.open_row < 0 and not recorder.checking):
+            self._begin_step(step)
+
+    def _is_step_done(self) -> bool:
+        """Whether the open step has had its optimizer step (or, without an optimizer, its backward)."""
+        if self._optimizer_ref is not None:
+            return self._optimizer_steps > self._step
+        return self._step_backwards > 0
+
     def _begin_step(self, step: int) -> None:
         self._end_step()
         recorder = self._recorder
         if recorder is None:
             return
         self._step = step
+        self._step_backwards = 0
+        recorder.step_open = True
         if recorder.buffers.is_full:
             self._flush()  # first: thinning may change which steps are recorded
         if self._store.records(step):
@@ -277,7 +383,7 @@ class Watch(Callback):
         if was_recorded:
             recorder.settle()
         recorder.open_row = recorder.row = -1
-        recorder.checking = recorder.recording = recorder.checking_now = False
+        recorder.checking = recorder.recording = recorder.checking_now = recorder.step_open = False
         if was_recorded:
             self._warn_unobserved()
             if self.options.doctor and self._recorded - self._doctor_at >= self.options.doctor_every:
@@ -304,10 +410,20 @@ class Watch(Callback):
 
     # ---- reading ---------------------------------------------------------------------------------------------
     def results(self) -> WatchResults:
-        """Return everything collected so far as `WatchResults` (flushes the device buffers: one transfer)."""
+        """Return everything collected so far as `WatchResults` (flushes the device buffers: one transfer).
+
+        Called during training, it includes the step in progress once that step's optimizer step (or, without an
+        optimizer, its backward) is done: the step is closed then, and a loss logged for it afterwards is dropped.
+        """
+        with self._lock:
+            return self._results()
+
+    def _results(self) -> WatchResults:
         recorder = self._recorder
         if recorder is None:
             return WatchResults(meta=dict(self._meta))
+        if self._attached and self._is_step_done():
+            self._end_step()
         self._flush()
         table = self._store.table()
         results = build_results(table, recorder.paths, recorder.kinds, recorder.param_names, self.options.groups)
@@ -323,6 +439,11 @@ class Watch(Callback):
         results.first_nonfinite = merge_first(self._first, flagged)
         results.dropped = {**recorder.dropped, **({"capacity": self._store.dropped} if self._store.dropped else {})}
         results.meta = {**self._meta, "recorded_steps": self._recorded, "stride": self._store.stride}
+        if self._labelled:
+            labels: dict[str, list[int]] = {}
+            for label, step in self._labelled:
+                labels.setdefault(label, []).append(step)
+            results.meta["step_labels"] = labels
         results.skipped_steps = list(self._skipped)
         return results
 
