@@ -7,7 +7,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from ..hooks import HookHandle, Selector, register_module_hook, select_modules, tensor_leaves
+from ..hooks import HookErrors, HookHandle, Selector, register_module_hook, select_modules, tensor_leaves
 
 __all__ = ["DeadUnitDetector"]
 
@@ -61,6 +61,7 @@ class DeadUnitDetector:
         self.include_eval = include_eval
         self._activity: dict[str, _UnitActivity] = {}
         self._handles: list[HookHandle] = []
+        self.errors = HookErrors("DeadUnitDetector", counter="detector.errors.failures")
 
     def attach(self, model: nn.Module, layer_names: Selector = None) -> DeadUnitDetector:
         """Hook the modules `layer_names` picks (default: those with parameters of their own); returns self.
@@ -74,7 +75,8 @@ class DeadUnitDetector:
             self._activity[path] = activity = self._activity.get(path, _UnitActivity())
             hook = self._hook(activity)
             tags = ("hookscope.weights", "dead_units")
-            self._handles.append(register_module_hook(module, "forward", hook, owner=self, path=path, tags=tags))
+            handle = register_module_hook(module, "forward", hook, owner=self, path=path, tags=tags, errors=self.errors)
+            self._handles.append(handle)
         return self
 
     def _hook(self, activity: _UnitActivity) -> Any:

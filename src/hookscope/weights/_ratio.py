@@ -9,7 +9,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from ..hooks import HookHandle, Selector, register_optimizer_hook
+from ..hooks import HookErrors, HookHandle, Selector, register_optimizer_hook
 from ._layers import weight_layers, weight_parameter
 from ._nested import is_nested_step
 from ._rows import RowLog
@@ -50,6 +50,7 @@ class UpdateRatioMonitor:
         self._before: list[torch.Tensor] = []
         self._log = RowLog(0, capacity)
         self._handles: list[HookHandle] = []
+        self.errors = HookErrors("UpdateRatioMonitor", counter="monitor.errors.failures")  # hooks never raise
 
     @property
     def steps(self) -> int:
@@ -82,9 +83,10 @@ class UpdateRatioMonitor:
             self.layer_names, self._log = names, RowLog(len(names), self.capacity)
             self.reducers = {path: self.reducer_factory() for path in names} if self.reducer_factory else {}
         self._weights = [weight for _, weight in layers]
+        errors = self.errors
         self._handles = [
-            register_optimizer_hook(optimizer, "step_pre", self._before_step, owner=self, tags=_TAGS),
-            register_optimizer_hook(optimizer, "step_post", self._after_step, owner=self, tags=_TAGS),
+            register_optimizer_hook(optimizer, "step_pre", self._before_step, owner=self, tags=_TAGS, errors=errors),
+            register_optimizer_hook(optimizer, "step_post", self._after_step, owner=self, tags=_TAGS, errors=errors),
         ]
         return self
 
