@@ -40,7 +40,7 @@ import torch.nn as nn
 
 from ..hooks import HookErrors, HookHandle, register_module_hook
 
-__all__ = ["Frame", "ForwardFrames", "eager", "in_backward", "uncounted"]
+__all__ = ["ForwardFrames", "Frame", "eager", "in_backward", "uncounted"]
 
 
 def eager(method: Callable[..., None]) -> Callable[..., None]:

@@ -91,7 +91,7 @@ class HookErrors:
         self.last: str | None = None
         self._count: Callable[[], Callable[[str], None] | None] | None = None
         if count is not None:
-            self._count = weakref.WeakMethod(count) if hasattr(count, "__self__") else (lambda: count)  # type: ignore[arg-type]
+            self._count = weakref.WeakMethod(count) if hasattr(count, "__self__") else (lambda: count)
         self._counter = counter
         self._warned = False
 

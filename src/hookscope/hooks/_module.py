@@ -88,5 +88,8 @@ def register_global_module_hook(
     if register is None:
         raise ValueError(f"kind must be one of {tuple(_GLOBAL_KINDS)}, got {kind!r}")
     wrapped = CalledHook(hook, errors, f"global {kind} hook {hook_name(hook)}")
-    handle = register(wrapped, always_call=True) if always_call and kind == "forward" else register(wrapped)
+    if always_call and kind == "forward":
+        handle = module_globals.register_module_forward_hook(wrapped, always_call=True)
+    else:
+        handle = register(wrapped)
     return REGISTRY.add(f"global_{kind}", [handle.remove], owner=owner, tags=tags, torch_handles=[handle])

@@ -39,7 +39,9 @@ class OutputGradMonitor(Monitor):
 
     def _attach(self, module: nn.Module) -> list[HookHandle]:
         return [
-            register_output_grad_hook(module, self._on_grad, owner=self, path=self._path, tags=(TAG,), errors=self.errors)
+            register_output_grad_hook(
+                module, self._on_grad, owner=self, path=self._path, tags=(TAG,), errors=self.errors
+            )
         ]
 
     def _on_grad(self, module: nn.Module, grads: tuple[torch.Tensor | None, ...], call_index: int) -> None:

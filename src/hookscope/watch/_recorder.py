@@ -3,14 +3,14 @@
 The forward hook of each selected module first asks the step rule (`hookscope.callbacks._steps`) whether its call
 belongs to a training step: calls inside a root forward that is not training (no_grad, inference_mode, eval) or
 that is a recomputation (checkpoint) are counted in `dropped`, and what a root forward records is staged in its
-`Frame` and kept only when that forward completes. Then one of three paths, decided once per step by `Watch`: record
-(the step is recorded), check (an unrecorded training step: only whether the output and its gradient are
-finite) or skip (counted in `dropped`). Hooks run one at a time (the watch's lock: forwards from several threads),
-and a failure inside them is handed to the watch's `HookErrors` (counted, warned once, or raised when strict). Recording does little in the hook: a large output gets its statistics at
-once (`_kernels.py`, while it is in cache and before an in-place op can change it), a small one is copied into the
-step's `StepLog`; gradient hooks do the same. `settle()` at the end of the step closes the log; the small
-tensors of several closed steps are described together (`_batch.py`) when they are written into their rows
-(`_step.py`).
+`Frame` and kept only when that forward completes. Then one of three paths, decided once per step by `Watch`:
+record (the step is recorded), check (an unrecorded training step: only whether the output and its gradient are
+finite) or skip (counted in `dropped`). Hooks run one at a time (the watch's lock: forwards from several
+threads), and a failure inside them is handed to the watch's `HookErrors` (counted, warned once, or raised when
+strict). Recording does little in the hook: a large output gets its statistics at once (`_kernels.py`, while it
+is in cache and before an in-place op can change it), a small one is copied into the step's `StepLog`; gradient
+hooks do the same. `settle()` at the end of the step closes the log; the small tensors of several closed steps
+are described together (`_batch.py`) when they are written into their rows (`_step.py`).
 
 Under `torch.compile` the traced hooks read one flag and append to one list (no other Python state, so no graph
 break and no recompilation per step); output gradients accumulate into a device tensor. `settle()` takes it
@@ -120,7 +120,9 @@ class Recorder(ParamRecorder):
                 if self.stage is None:
                     self.stage = torch.zeros(len(self.paths), 4, device=_device_of(module))
                 hook = self._forward_hook(index)
-                handle = register_module_hook(module, "forward", hook, owner=self, path=path, tags=_TAGS, errors=self.errors)
+                handle = register_module_hook(
+                    module, "forward", hook, owner=self, path=path, tags=_TAGS, errors=self.errors
+                )
                 self._handles.append(handle)
 
     def remove(self) -> None:
@@ -311,8 +313,8 @@ class Recorder(ParamRecorder):
 
         return hook
 
-    def _on_grad(self, index: int, log: StepLog, grad: torch.Tensor) -> None:
-        grad = _plain_grad(grad)
+    def _on_grad(self, index: int, log: StepLog, raw: torch.Tensor) -> None:
+        grad = _plain_grad(raw)
         if grad is None:
             self.drop("unsupported_layout")
             return

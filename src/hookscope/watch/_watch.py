@@ -46,6 +46,7 @@ def _contained(method: Method) -> Method:
 
     return run  # type: ignore[return-value]
 
+
 ACTIVATION_TYPES: tuple[type[nn.Module], ...] = (
     nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.RReLU, nn.ELU, nn.CELU, nn.SELU, nn.GELU, nn.SiLU, nn.Mish, nn.Hardswish,
     nn.Tanh, nn.Sigmoid, nn.Hardtanh, nn.Hardsigmoid, nn.Softsign,
@@ -142,11 +143,12 @@ class Watch(Callback):
         self._driver = LoopDriver([self], model, optimizer, train_only=self.options.train_only)
         return self._driver
 
-    def attach_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+    def attach_optimizer(self, optimizer: torch.optim.Optimizer, *, after_step: bool = False) -> None:
         """Count steps by `optimizer`'s steps from now on, and record update ratios (attached, plain-loop driver).
 
-        The open step goes on as the step of `optimizer`'s next step. `hookscope run` uses it for a model whose
-        optimizer is known only when it first steps.
+        The open step goes on as the step of `optimizer`'s next step, or, with `after_step` (called when
+        `optimizer` has just stepped), ends with the step that just ran. `hookscope run` uses it for a model
+        whose optimizer is known only when it first steps.
 
         Raises:
             TypeError: `optimizer` is not an optimizer.
@@ -158,7 +160,7 @@ class Watch(Callback):
             raise RuntimeError("attach_optimizer needs a watch attached by attach() without an optimizer")
         with self._lock:
             self._optimizer_ref = weakref.ref(optimizer)
-            self._optimizer_steps = max(self._step, 0)
+            self._optimizer_steps = max(self._step, 0) + (1 if after_step and self._step >= 0 else 0)
             self._meta["optimizer"] = type(optimizer).__name__
             self._driver.add_optimizer(optimizer)
 
