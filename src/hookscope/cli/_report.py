@@ -22,7 +22,9 @@ def write_run_reports(out: Path, session: RunSession, meta: dict[str, Any]) -> P
     notes = list(session.notes)
     if not session.watched:
         if not notes:
-            notes.append("no model was trained (no backward reached a model run in training mode), so nothing was watched")
+            notes.append(
+                "no model was trained (no backward reached a model run in training mode), so nothing was watched"
+            )
         return write_report(out, WatchResults(), meta={**meta, "notes": " | ".join(notes)})
     pages = []
     for index, entry in enumerate(session.watched, start=1):

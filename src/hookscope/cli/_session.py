@@ -79,9 +79,7 @@ class RunSession:
         self.watched: list[WatchedModel] = []
         self.notes: list[str] = []
         self._roots: dict[int, WatchedModel] = {}
-        self._bound: weakref.WeakKeyDictionary[torch.optim.Optimizer, list[WatchedModel]] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._bound: weakref.WeakKeyDictionary[torch.optim.Optimizer, list[WatchedModel]] = weakref.WeakKeyDictionary()
         self._handles: list[HookHandle] = []
         self._local = threading.local()  # per thread: the depth of nested forwards
         self._lock = threading.RLock()
@@ -113,13 +111,13 @@ class RunSession:
                     session._guarded(session._after_backward)(loss)
 
         backward.__doc__, backward.__wrapped__ = original.__doc__, original  # type: ignore[attr-defined]
-        torch.autograd.backward = backward  # type: ignore[assignment]
+        torch.autograd.backward = backward
 
     def remove(self) -> None:
         """Restore `torch.autograd.backward`, remove the global hooks and stop every watch (flushing what it
         recorded); leave out the models no backward reached. Safe to call twice."""
         if self._original_backward is not None:
-            torch.autograd.backward = self._original_backward  # type: ignore[assignment]
+            torch.autograd.backward = self._original_backward
             self._original_backward = None
         while self._handles:
             self._handles.pop().remove()
@@ -221,7 +219,9 @@ class RunSession:
         def started(grads: Any) -> None:
             self._backwards[int(torch._C._current_graph_task_id())] = loss
 
-        roots[0].grad_fn.register_prehook(started)
+        node = roots[0].grad_fn
+        if node is not None:
+            node.register_prehook(started)
         return loss
 
     def _after_backward(self, loss: _Loss) -> None:
@@ -274,8 +274,7 @@ class RunSession:
             if after_step:
                 self._bound[optimizer] = []
                 self._note(
-                    f"{type(optimizer).__name__} stepped parameters of no model seen in a training forward; not "
-                    "watched"
+                    f"{type(optimizer).__name__} stepped parameters of no model seen in a training forward; not watched"
                 )
             return []
         for entry in entries:

@@ -80,7 +80,7 @@ class HookscopeTrainerCallback(TrainerCallback):
             def backwarded(grad: torch.Tensor) -> None:  # grad: d(the loss the Trainer backwards) / d(loss)
                 relay.add_loss(value * grad)
 
-            loss.register_hook(self.errors.guard(backwarded, "loss hook"))
+            loss.register_hook(self.errors.guard(backwarded, "loss hook"))  # type: ignore[no-untyped-call]
             self._losses += 1
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
