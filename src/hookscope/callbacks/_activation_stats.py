@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import functools
 import math
 import threading
 import warnings
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 import torch.nn as nn
 
 from .._errors import HookscopeWarning
-from ..hooks import HookErrors, HookHandle, Selector, check_real_device, tensor_leaves
+from ..hooks import HookErrors, HookHandle, Selector, check_real_device, contained, is_plain, tensor_leaves
 from ._hook_callback import HookCallback, HookFunction
 from ._moments import BATCH_BELOW, RecordLayout, RecordWriter
 from ._steps import ForwardFrames, Frame, uncounted
@@ -23,24 +21,6 @@ __all__ = ["ActivationStats", "RecordsDroppedWarning"]
 
 class RecordsDroppedWarning(HookscopeWarning):
     """Observations were not kept because a capacity was reached (they are counted in `dropped`)."""
-
-
-Method = TypeVar("Method", bound=Callable[..., Any])
-
-
-def _contained(method: Method) -> Method:
-    """Run an `ActivationStats` event under its lock; a failure is counted and warned about, raised if strict."""
-
-    @functools.wraps(method)
-    def run(self: ActivationStats, *args: Any) -> Any:
-        try:
-            with self._lock:
-                return method(self, *args)
-        except Exception as err:
-            self.errors.failed(err, method.__name__)
-            return None
-
-    return run  # type: ignore[return-value]
 
 
 class ActivationStats(RecordWriter, HookCallback):
@@ -171,7 +151,7 @@ class ActivationStats(RecordWriter, HookCallback):
             for pending in frame.items:
                 self._keep(pending)
 
-    @_contained
+    @contained
     def on_batch_start(self, batch: int) -> None:
         """Open a record for an observed batch (or count it as dropped past `capacity`)."""
         if self.every is not None and batch % self.every != 0:
@@ -187,7 +167,7 @@ class ActivationStats(RecordWriter, HookCallback):
         self._cache = None
         super().on_batch_start(batch)
 
-    @_contained
+    @contained
     def on_batch_end(self, batch: int) -> None:
         """Close the open record: write its large outputs (small ones wait to be described with later ones)."""
         self._close()
@@ -260,7 +240,7 @@ class ActivationStats(RecordWriter, HookCallback):
         `staged`, return what to keep instead of keeping it (`_keep`)."""
         row = self._row
         x = output if type(output) is torch.Tensor else _first_float(output)
-        if row < 0 or x is None or not x.is_floating_point() or x.numel() == 0 or not _describable(x):
+        if row < 0 or x is None or not x.is_floating_point() or x.numel() == 0 or not is_plain(x):
             return None
         x = x.detach()
         if self.cpu:
@@ -422,11 +402,6 @@ def _check_options(hist_bins: int, hist_range: tuple[float, float] | None, capac
             raise ValueError(f"hist_range must be (low, high) with finite low < high, or None, got {hist_range!r}")
     if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
         raise ValueError(f"capacity must be a positive int, got {capacity!r}")
-
-
-def _describable(x: torch.Tensor) -> bool:
-    """Whether the statistics can read `x`: a plain strided tensor (not sparse, not nested)."""
-    return x.layout == torch.strided and not x.is_nested
 
 
 def _first_float(output: Any) -> torch.Tensor | None:

@@ -11,7 +11,7 @@ strict). Everything above this package (monitors, weights, summaries, callbacks)
 these functions.
 """
 
-from ._calls import STRICT_ENV, HookErrors, InertHook, default_strict, user_stacklevel
+from ._calls import STRICT_ENV, HookErrors, InertHook, contained, default_strict, user_stacklevel
 from ._fastai import Hook, Hooks, gather_tensor, hook_output, hook_outputs
 from ._grad import register_output_grad_hook
 from ._guards import check_hookable, check_real_device, is_compiled, warn_if_compiled
@@ -21,7 +21,7 @@ from ._optim import register_global_optimizer_hook, register_optimizer_hook
 from ._registry import KINDS, REGISTRY, HookHandle, HookRegistry, Scope, scope
 from ._select import Selector, has_own_params, named_modules, normalize_path, path_of, select_modules, unwrap
 from ._tensor import register_post_accumulate_grad_hook, register_tensor_hook
-from ._tree import map_tensors, tensor_leaves
+from ._tree import is_plain, map_tensors, tensor_leaves
 
 __all__ = [
     "KINDS",
@@ -39,12 +39,14 @@ __all__ = [
     "Selector",
     "check_hookable",
     "check_real_device",
+    "contained",
     "default_strict",
     "gather_tensor",
     "has_own_params",
     "hook_output",
     "hook_outputs",
     "is_compiled",
+    "is_plain",
     "list_hooks",
     "map_tensors",
     "named_modules",

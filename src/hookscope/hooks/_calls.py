@@ -15,6 +15,7 @@ from that one place:
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
@@ -22,13 +23,24 @@ import warnings
 import weakref
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 from .._errors import HookFailureWarning, UserHookError
 
-__all__ = ["STRICT_ENV", "CalledHook", "HookErrors", "InertHook", "default_strict", "hook_name", "user_stacklevel"]
+__all__ = [
+    "STRICT_ENV",
+    "CalledHook",
+    "HookErrors",
+    "InertHook",
+    "contained",
+    "default_strict",
+    "hook_name",
+    "user_stacklevel",
+]
+
+Method = TypeVar("Method", bound=Callable[..., Any])
 
 STRICT_ENV = "HOOKSCOPE_STRICT"
 """Environment variable: `1` makes `strict` default to `True` for every hookscope object (the test suite sets it)."""
@@ -176,3 +188,19 @@ class CalledHook:
 
     def __repr__(self) -> str:
         return f"CalledHook({hook_name(self.fn)}, {self.where!r})"
+
+
+def contained(method: Method) -> Method:
+    """Run `method` of an observing object (a watch, an ActivationStats) under its `_lock`, handing a failure to
+    its `errors` (`HookErrors`): its events run inside the user's training, as its hooks do."""
+
+    @functools.wraps(method)
+    def run(self: Any, *args: Any) -> Any:
+        try:
+            with self._lock:
+                return method(self, *args)
+        except Exception as err:
+            self.errors.failed(err, method.__name__)
+            return None
+
+    return run  # type: ignore[return-value]

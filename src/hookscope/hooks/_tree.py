@@ -11,7 +11,12 @@ from typing import Any
 
 import torch
 
-__all__ = ["map_tensors", "tensor_leaves"]
+__all__ = ["is_plain", "map_tensors", "tensor_leaves"]
+
+
+def is_plain(tensor: torch.Tensor) -> bool:
+    """Whether statistics can read `tensor` as it is: a strided (dense) tensor, not sparse, not nested."""
+    return tensor.layout == torch.strided and not tensor.is_nested
 
 
 def tensor_leaves(value: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]:

@@ -29,8 +29,9 @@ import torch
 import torch.nn as nn
 
 from ..callbacks._steps import ForwardFrames, Frame, uncounted
-from ..hooks import HookErrors, HookHandle, register_module_hook, tensor_leaves
+from ..hooks import HookErrors, HookHandle, is_plain, register_module_hook
 from ._buffers import ACTIVATION, OUTPUT_GRAD, StepBuffers
+from ._entry import GradHook, Staged, hook_grads, no_label, plain_grad, staged
 from ._kernels import (
     BATCH_BELOW,
     Scratch,
@@ -50,7 +51,6 @@ from ._step import StepLog
 __all__ = ["Recorder"]
 
 ModuleHook = Callable[[nn.Module, Any, Any], None]
-GradHook = Callable[[Any], None]
 
 
 class Recorder(ParamRecorder):
@@ -98,7 +98,7 @@ class Recorder(ParamRecorder):
         self.lock: threading.RLock = threading.RLock()  # the watch's: hooks and events run one at a time
         self.errors: HookErrors | None = None  # the watch's: where failures of these hooks go
         self.frames: ForwardFrames | None = None  # the root forwards running, per thread
-        self.label: Callable[[str], None] = _no_label  # label the open step (`"retain_graph"`)
+        self.label: Callable[[str], None] = no_label  # label the open step (`"retain_graph"`)
 
     def matches(self, modules: list[tuple[str, nn.Module]], params: list[tuple[str, nn.Parameter]]) -> bool:
         """Whether `modules` and `params` have the paths and names this recorder was built for."""
@@ -166,14 +166,14 @@ class Recorder(ParamRecorder):
         if reason == "recompute":  # counted once: only its output gradients, which the first pass may lack
             self.drop("recompute")
             if self.open_row >= 0 and self.log is not None and self._grads and torch.is_grad_enabled():
-                _hook_grads(output, self._grad_hook(index, self.log), self._repeated)
+                hook_grads(output, self._grad_hook(index, self.log), self._repeated)
             return
         if reason is not None:
             self.drop(reason)
         elif self.open_row >= 0:
-            self._record(index, module, output, _staged(frame))
+            self._record(index, module, output, staged(frame))
         elif self.checking:
-            self._check(index, output, _staged(frame))
+            self._check(index, output, staged(frame))
         else:
             self.drop("sampling" if self.step_open else "outside_step")
 
@@ -181,7 +181,7 @@ class Recorder(ParamRecorder):
         """A root forward ended: keep what its hooks staged if it completed, else count it in `dropped`."""
         if not frame.items:
             return
-        staged: _Staged = frame.items[0]
+        staged: Staged = frame.items[0]
         if not completed:
             self.drop("raised", staged.calls)
             return
@@ -207,14 +207,14 @@ class Recorder(ParamRecorder):
             ranked[index] = True
             (self.backward_order if direction else self.forward_order).append(index)
 
-    def _record(self, index: int, module: nn.Module, output: Any, staged: _Staged | None) -> None:
+    def _record(self, index: int, module: nn.Module, output: Any, staged: Staged | None) -> None:
         self.observed[index] = True
         self._rank(0, index)
         log, target = self.log, (self.log if staged is None else staged.log)
         if staged is not None:
             staged.calls += 1
         x = first_float(output) if self._capture else None
-        if x is not None and not _describable(x):
+        if x is not None and not is_plain(x):
             self.drop("unsupported_layout")
             x = None
         if x is not None and x.numel() and target is not None:
@@ -225,7 +225,7 @@ class Recorder(ParamRecorder):
             else:
                 self.describe_large(target, index, x.detach(), module, staged)
         if self._grads and torch.is_grad_enabled() and log is not None:
-            _hook_grads(output, self._grad_hook(index, log), self._repeated)
+            hook_grads(output, self._grad_hook(index, log), self._repeated)
 
     def _repeated(self) -> None:
         """A backward went through an output a second time (`retain_graph=True`): keep the first, label the step."""
@@ -234,7 +234,7 @@ class Recorder(ParamRecorder):
             self.label("retain_graph")
 
     def describe_large(
-        self, log: StepLog, index: int, x: torch.Tensor, module: nn.Module | None, staged: _Staged | None = None
+        self, log: StepLog, index: int, x: torch.Tensor, module: nn.Module | None, staged: Staged | None = None
     ) -> None:
         """Take the statistics of a large output `x` of module `index` now (in cache, before in-place ops); unit
         activity waits in `staged` until its forward completes, when given."""
@@ -267,7 +267,7 @@ class Recorder(ParamRecorder):
         shape: torch.Size,
         dims: tuple[int, tuple[int, ...]],
         flat: torch.Tensor,
-        staged: _Staged | None = None,
+        staged: Staged | None = None,
     ) -> None:
         unit, reduce = dims
         start = self.unit_table.slot(index, shape[unit], flat.device)
@@ -292,11 +292,11 @@ class Recorder(ParamRecorder):
             if self._capture:
                 self.traced.append((ACTIVATION, index, x.detach().to(torch.float32, copy=True)))
             if self._grads and torch.is_grad_enabled():
-                _hook_grads(output, self._traced_grad_hooks[index])
+                hook_grads(output, self._traced_grad_hooks[index])
         elif self.checking_now:
             self.traced.append((-1, index, torch.stack(torch.aminmax(x.detach()))))
             if torch.is_grad_enabled():
-                _hook_grads(output, self._traced_check_hooks[index])
+                hook_grads(output, self._traced_check_hooks[index])
 
     # ---- gradients -----------------------------------------------------------------------------------------
     def _grad_hook(self, index: int, log: StepLog) -> GradHook:
@@ -314,7 +314,7 @@ class Recorder(ParamRecorder):
         return hook
 
     def _on_grad(self, index: int, log: StepLog, raw: torch.Tensor) -> None:
-        grad = _plain_grad(raw)
+        grad = plain_grad(raw)
         if grad is None:
             self.drop("unsupported_layout")
             return
@@ -344,21 +344,21 @@ class Recorder(ParamRecorder):
         return hook
 
     # ---- unrecorded steps: non-finite checks ---------------------------------------------------------------
-    def _check(self, index: int, output: Any, staged: _Staged | None) -> None:
+    def _check(self, index: int, output: Any, staged: Staged | None) -> None:
         self.drop("sampling")
         self.observed[index] = True
         self._rank(0, index)
         x = first_float(output)
-        if x is None or not x.numel() or not _describable(x):
+        if x is None or not x.numel() or not is_plain(x):
             return
         (self.checks if staged is None else staged.checks).append((0, index, torch.aminmax(x.detach())))
         if torch.is_grad_enabled():
-            _hook_grads(output, self._check_hook(index), self._repeated)
+            hook_grads(output, self._check_hook(index), self._repeated)
 
     def _check_hook(self, index: int) -> GradHook:
         def hook(grad: torch.Tensor) -> None:
             try:
-                plain = _plain_grad(grad)
+                plain = plain_grad(grad)
                 if plain is not None and plain.numel():
                     with self.lock:
                         self._rank(1, index)
@@ -446,82 +446,6 @@ class Recorder(ParamRecorder):
     def modules(self) -> list[nn.Module | None]:
         """The watched modules (`None` for those deleted)."""
         return [ref() for ref in self.module_refs]
-
-
-class _Staged:
-    """What the hooks of one root forward recorded, kept when that forward completes (`Recorder.commit`)."""
-
-    __slots__ = ("calls", "checks", "log", "units")
-
-    def __init__(self) -> None:
-        self.log = StepLog(-1)
-        self.checks: list[tuple[int, int, tuple[torch.Tensor, torch.Tensor]]] = []
-        self.units: list[tuple[int, torch.Tensor, int, int]] = []  # (table start, active counts, module, per unit)
-        self.calls = 0
-
-
-def _staged(frame: Frame | None) -> _Staged | None:
-    """The staging area of `frame` (made on first use); `None` outside a root forward: record directly."""
-    if frame is None:
-        return None
-    if not frame.items:
-        frame.items.append(_Staged())
-    staged: _Staged = frame.items[0]
-    return staged
-
-
-def _describable(x: torch.Tensor) -> bool:
-    """Whether the statistics can read `x`: a plain strided tensor (not sparse, not nested)."""
-    return x.layout == torch.strided and not x.is_nested
-
-
-def _plain_grad(grad: torch.Tensor) -> torch.Tensor | None:
-    """`grad` as the real tensor whose norm is its norm (|z| for complex), `None` for sparse or nested ones."""
-    if not _describable(grad):
-        return None
-    return grad.abs() if grad.is_complex() else grad
-
-
-def _no_label(label: str) -> None:
-    return None
-
-
-def _no_repeat() -> None:
-    return None
-
-
-def _hook_grads(output: Any, hook: GradHook, repeated: Callable[[], None] = _no_repeat) -> None:
-    # Ephemeral per-call hooks on the output tensors: they die with the graph, so they bypass the registry (as
-    # hookscope.hooks.register_output_grad_hook does) and work when an in-place op follows the module.
-    if type(output) is torch.Tensor:
-        _hook_grad(output, hook, repeated)
-        return
-    for _, tensor in tensor_leaves(output):
-        _hook_grad(tensor, hook, repeated)
-
-
-def _hook_grad(tensor: torch.Tensor, hook: GradHook, repeated: Callable[[], None]) -> None:
-    """Call `hook(grad)` with the gradient of `tensor` once: a pre-hook on the node that made it (half the cost
-    of `Tensor.register_hook`, same gradient: the one w.r.t. this version of the tensor), a tensor hook for leaves
-    and under `torch.compile`. A later backward through the same graph (`retain_graph=True`) calls `repeated()`
-    instead."""
-    if not tensor.requires_grad:
-        return
-    if torch.compiler.is_compiling() or tensor.grad_fn is None:
-        tensor.register_hook(hook)  # type: ignore[no-untyped-call]
-        return
-    node = tensor.grad_fn
-    slot = tensor.output_nr
-    fired = [False]
-
-    def prehook(grads: tuple[torch.Tensor | None, ...]) -> None:
-        if fired[0]:
-            repeated()
-            return
-        fired[0] = True
-        hook(grads[slot])
-
-    node.register_prehook(prehook)
 
 
 def _device_of(module: nn.Module) -> torch.device:

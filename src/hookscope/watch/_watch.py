@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import functools
 import threading
 import warnings
 import weakref
-from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from collections.abc import Iterable
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -16,7 +15,16 @@ from .._errors import UnobservedModuleWarning
 from ..callbacks import Callback, LoopDriver
 from ..callbacks._steps import ForwardFrames, Frame
 from ..distributed import grad_reduction
-from ..hooks import HookErrors, HookHandle, Selector, check_hookable, check_real_device, normalize_path, select_modules
+from ..hooks import (
+    HookErrors,
+    HookHandle,
+    Selector,
+    check_hookable,
+    check_real_device,
+    contained,
+    normalize_path,
+    select_modules,
+)
 from ._assemble import build_results, first_from_flags, first_nonfinite, merge_first
 from ._extras import collect_extras, watch_meta
 from ._options import GROUPS, WatchOptions
@@ -28,24 +36,6 @@ from ._state import apply_recorder_state, load_watch_state, watch_state
 from ._store import SeriesStore
 
 __all__ = ["ACTIVATION_TYPES", "Watch", "default_selector"]
-
-Method = TypeVar("Method", bound=Callable[..., Any])
-
-
-def _contained(method: Method) -> Method:
-    """Run a `Watch` event under its lock; a failure is the watch's own: counted and warned, raised if strict."""
-
-    @functools.wraps(method)
-    def run(self: Watch, *args: Any) -> Any:
-        try:
-            with self._lock:
-                return method(self, *args)
-        except Exception as err:
-            self.errors.failed(err, method.__name__)
-            return None
-
-    return run  # type: ignore[return-value]
-
 
 ACTIVATION_TYPES: tuple[type[nn.Module], ...] = (
     nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.RReLU, nn.ELU, nn.CELU, nn.SELU, nn.GELU, nn.SiLU, nn.Mish, nn.Hardswish,
@@ -226,7 +216,7 @@ class Watch(Callback):
         self._frame_handles = frames.register(model, owner=self, tags=("watch",), errors=self.errors)
         self._attached = True
 
-    @_contained
+    @contained
     def on_batch_start(self, batch: int) -> None:
         """Open (or continue) the step this training batch belongs to."""
         recorder = self._recorder
@@ -237,13 +227,13 @@ class Watch(Callback):
         self._ensure_step()
         recorder.enter_batch(recorder.open_row)
 
-    @_contained
+    @contained
     def on_batch_end(self, batch: int) -> None:
         """Stop recording forwards of compiled models until the next training batch."""
         if self._recorder is not None:
             self._recorder.leave_batch()
 
-    @_contained
+    @contained
     def after_backward(self) -> None:
         """Keep the loss scale of this backward (with `scaler`); take the parameter gradient statistics now
         without an optimizer, or after the first backward of a closure that the optimizer's step runs."""
@@ -259,7 +249,7 @@ class Watch(Callback):
             self._closure_grads = True
             recorder.record_param_grads()
 
-    @_contained
+    @contained
     def before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Open the step if it has not begun (a closure step), take the parameter gradient statistics and copy
         the weights (for update ratios)."""
@@ -270,7 +260,7 @@ class Watch(Callback):
             self._recorder.record_param_grads()
             self._recorder.snapshot()
 
-    @_contained
+    @contained
     def after_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Record update-to-weight ratios and count the step."""
         if self._recorder is not None and self._is_ours(optimizer):
@@ -322,7 +312,7 @@ class Watch(Callback):
         if self._step >= 0 and [label, self._step] not in self._labelled:
             self._labelled.append([label, self._step])
 
-    @_contained
+    @contained
     def log_loss(self, loss: torch.Tensor | float) -> None:
         """Record the loss of the current step on the device (averaged when logged several times in a step)."""
         if self._recorder is not None:
