@@ -141,15 +141,24 @@ class ActivationStats(RecordWriter, HookCallback):
         self.dropped_reasons[reason] = self.dropped_reasons.get(reason, 0) + count
 
     def _frame_ended(self, frame: Frame, completed: bool) -> None:
-        """A root forward ended: keep what its hooks staged if it completed, else count it as dropped."""
-        if not frame.items:
-            return
+        """A root forward ended: keep what its hooks staged if it completed; one that raised is counted as
+        dropped, and the record it opened is taken back when nothing else went into it."""
         with self._lock:
-            if not completed:
-                self._count_dropped("raised", len(frame.items))
+            if completed:
+                for pending in frame.items:
+                    self._keep(pending)
                 return
-            for pending in frame.items:
-                self._keep(pending)
+            if frame.items:
+                self._count_dropped("raised", len(frame.items))
+            row = self._row
+            if frame.reason is None and row == self._records - 1 and row >= 0 and not self._holds(row):
+                self._records -= 1
+                self._counts.pop()
+                self._row, self._recording = -1, False
+
+    def _holds(self, row: int) -> bool:
+        """Whether anything was recorded into record `row`."""
+        return any(self._counts[row]) or any(e[0] == row for e in self._small) or any(e[0] == row for e in self._large)
 
     @contained
     def on_batch_start(self, batch: int) -> None:

@@ -297,11 +297,16 @@ class Watch(Callback):
         self._warn_unobserved()
 
     def _frame_ended(self, frame: Frame, completed: bool) -> None:
-        """A root forward ended: keep what it recorded if it completed (`Recorder.commit`)."""
+        """A root forward ended: keep what it recorded if it completed (`Recorder.commit`); one that raised was
+        no training batch (without an optimizer, the step it began goes on with the next forward)."""
         recorder = self._recorder
-        if recorder is not None and frame.items:
-            with self._lock:
+        if recorder is None:
+            return
+        with self._lock:
+            if frame.items:
                 recorder.commit(frame, completed)
+            if not completed and frame.reason is None:
+                self._batches -= 1
 
     def _count_error(self, reason: str) -> None:
         if self._recorder is not None:
