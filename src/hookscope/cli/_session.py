@@ -2,8 +2,9 @@
 
 A module called at the top of a forward (no other forward running in its thread) that belongs to a training step
 (`hookscope.callbacks._steps.uncounted`: training mode, with gradients) and has trainable parameters is watched
-from that very forward on, so the first training step is recorded. At the first step of each optimizer, the
-watched models whose parameters it updates get it (`Watch.attach_optimizer`): steps then count its steps.
+from that very forward on, so the first training step is recorded, with the optimizer that holds most of its
+parameters (optimizers are noted as the script creates them: `torch.optim.Optimizer.__init__` is wrapped while
+`hookscope run` runs). An optimizer made later gets the model at its first step (`Watch.attach_optimizer`).
 Models never updated by an optimizer (a hand-written `p.data -= lr * p.grad`) stay watched, one step per training
 forward and its backward. Models that no backward ever reached are left out of the report, with a note.
 
@@ -19,6 +20,7 @@ note for the report and printed once (raised when `HOOKSCOPE_STRICT=1`).
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 import weakref
@@ -85,6 +87,9 @@ class RunSession:
         self._lock = threading.RLock()
         self._backwards: dict[int, _Loss] = {}  # graph task id -> the loss being backwarded
         self._original_backward: Callable[..., Any] | None = None
+        self._original_init: Callable[..., Any] | None = None
+        self._optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()  # made by the script
+        self._stepping: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()  # inside their step()
         self._refused: weakref.WeakSet[nn.Module] = weakref.WeakSet()  # models whose watch failed to attach
         self._strict = default_strict()
 
@@ -112,6 +117,13 @@ class RunSession:
 
         backward.__doc__, backward.__wrapped__ = original.__doc__, original  # type: ignore[attr-defined]
         torch.autograd.backward = backward
+        self._original_init = original_init = torch.optim.Optimizer.__init__
+
+        def init(optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> None:
+            original_init(optimizer, *args, **kwargs)
+            session._optimizers.add(optimizer)
+
+        torch.optim.Optimizer.__init__ = functools.wraps(original_init)(init)  # type: ignore[method-assign]
 
     def remove(self) -> None:
         """Restore `torch.autograd.backward`, remove the global hooks and stop every watch (flushing what it
@@ -119,6 +131,9 @@ class RunSession:
         if self._original_backward is not None:
             torch.autograd.backward = self._original_backward
             self._original_backward = None
+        if self._original_init is not None:
+            torch.optim.Optimizer.__init__ = self._original_init  # type: ignore[method-assign]
+            self._original_init = None
         while self._handles:
             self._handles.pop().remove()
         for entry in self.watched:
@@ -199,7 +214,8 @@ class RunSession:
     def _watch(self, module: nn.Module, args: tuple[Any, ...]) -> None:
         """Watch `module` from this forward on; its own pre-hooks are replayed for this call, which began already."""
         before = set(module._forward_pre_hooks)
-        watcher = watch(module, every=self.every, select=self.select)
+        optimizer = self._optimizer_of(module)
+        watcher = watch(module, optimizer, every=self.every, select=self.select)
         watcher.attach()
         for key, hook in list(module._forward_pre_hooks.items()):
             if key not in before and key not in module._forward_pre_hooks_with_kwargs:
@@ -207,6 +223,22 @@ class RunSession:
         entry = WatchedModel(type(module).__name__, module, watcher, args)
         self.watched.append(entry)
         self._roots[id(module)] = entry
+        if optimizer is not None:
+            entry.optimizer = weakref.ref(optimizer)
+            self._bound.setdefault(optimizer, []).append(entry)
+            if optimizer in self._stepping:  # first seen inside its optimizer's step (a closure): it began already
+                watcher.before_optimizer_step(optimizer)
+                entry.in_step = True
+
+    def _optimizer_of(self, module: nn.Module) -> torch.optim.Optimizer | None:
+        """The optimizer the script made that holds most of `module`'s parameters, if any."""
+        own = {id(p) for p in module.parameters()}
+        best, most = None, 0
+        for optimizer in list(self._optimizers):
+            shared = sum(1 for group in optimizer.param_groups for p in group["params"] if id(p) in own)
+            if shared > most:
+                best, most = optimizer, shared
+        return best
 
     # ---- backward: the loss and the models it reached --------------------------------------------------------
     def _before_backward(self, tensors: Any) -> _Loss | None:
@@ -238,6 +270,7 @@ class RunSession:
     # ---- optimizer steps -------------------------------------------------------------------------------------
     def _step_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         with self._lock:
+            self._stepping.add(optimizer)
             entries = self._bind(optimizer, after_step=False)
             for entry in entries:
                 if entry.pending:
@@ -248,6 +281,7 @@ class RunSession:
 
     def _step_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         with self._lock:
+            self._stepping.discard(optimizer)
             entries = self._bind(optimizer, after_step=True)
             for entry in entries:
                 if entry.pending:  # backwarded inside the step: a closure; its first loss is the step's

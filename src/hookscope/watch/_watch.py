@@ -292,6 +292,10 @@ class Watch(Callback):
         if error is not None:
             self._warned_unobserved = True  # a step cut short proves nothing about unobserved modules
         self._poll_scaler()
+        recorder = self._recorder
+        open_step = recorder is not None and (recorder.open_row >= 0 or recorder.checking)
+        if open_step and self._optimizer_ref is not None and self._optimizer_steps <= self._step:
+            self._label("unfinished")  # its optimizer step never came: the run ended, or forwards ran after it
         self._end_step()
         self._flush()
         self._warn_unobserved()
