@@ -123,7 +123,7 @@ class RunSession:
             original_init(optimizer, *args, **kwargs)
             session._optimizers.add(optimizer)
 
-        torch.optim.Optimizer.__init__ = functools.wraps(original_init)(init)  # type: ignore[method-assign]
+        torch.optim.Optimizer.__init__ = functools.wraps(original_init)(init)  # type: ignore[method-assign,assignment]
 
     def remove(self) -> None:
         """Restore `torch.autograd.backward`, remove the global hooks and stop every watch (flushing what it
