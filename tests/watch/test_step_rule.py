@@ -49,6 +49,26 @@ def test_no_grad_and_inference_mode_forwards_are_not_merged_into_the_training_st
     assert results.dropped["no_grad"] == 3 and results.dropped["inference_mode"] == 3
 
 
+def test_no_grad_forwards_of_a_compiled_model_are_not_merged() -> None:
+    torch._dynamo.reset()
+    model = mlp()
+    opt = frozen_sgd(model)
+    inputs = [torch.randn(5, 3) for _ in range(2)]
+    stats = ActivationStats(modules=["0"])
+    with watch(model, opt, select="0") as w, stats.attach(model):
+        compiled = torch.compile(model, backend="aot_eager")
+        for x in inputs:
+            with torch.no_grad():
+                compiled(x * 100)  # its traced hooks record nothing
+            compiled(x).sum().backward()
+            opt.step()
+    torch._dynamo.reset()
+    with torch.no_grad():
+        expected = torch.stack([model[0](x) for x in inputs])
+    torch.testing.assert_close(w.results().activations["0"]["max"], expected.amax(dim=(1, 2)), rtol=1e-5, atol=1e-6)
+    assert [row[0]["mean"] for row in stats.stats] == pytest.approx(expected.mean(dim=(1, 2)).tolist(), rel=1e-5)
+
+
 def test_without_an_optimizer_no_grad_forwards_are_not_steps() -> None:
     model = mlp()
     with watch(model, select="0") as w:

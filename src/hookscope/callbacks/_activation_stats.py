@@ -130,7 +130,7 @@ class ActivationStats(RecordWriter, HookCallback):
         self.dropped_reasons = {}
         super().on_fit_start(model, optimizer)
         self._scales = [None] * len(self.paths)
-        self._frames = ForwardFrames(True, self._frame_ended)
+        self._frames = ForwardFrames(True, self._frame_ended, self._frame_began)
         self._frame_handles = self._frames.register(model, owner=self, tags=("ActivationStats",), errors=self.errors)
 
     def _hook_errors(self) -> HookErrors | None:
@@ -140,10 +140,17 @@ class ActivationStats(RecordWriter, HookCallback):
         self.dropped += count
         self.dropped_reasons[reason] = self.dropped_reasons.get(reason, 0) + count
 
+    def _frame_began(self, frame: Frame) -> None:
+        """A root forward that is not part of a step began: traced (compiled) hooks record nothing during it."""
+        if frame.reason is not None:
+            frame.saved, self._recording = self._recording, False
+
     def _frame_ended(self, frame: Frame, completed: bool) -> None:
         """A root forward ended: keep what its hooks staged if it completed; one that raised is counted as
         dropped, and the record it opened is taken back when nothing else went into it."""
         with self._lock:
+            if frame.saved is not None:
+                self._recording = frame.saved
             if completed:
                 for pending in frame.items:
                     self._keep(pending)

@@ -81,28 +81,38 @@ class Frame:
         items: What the owner's hooks staged during the forward, kept only if it completes.
     """
 
-    __slots__ = ("_outer", "items", "reason")
+    __slots__ = ("_outer", "items", "reason", "saved")
 
     def __init__(self, reason: str | None, outer: BaseException | None) -> None:
         self.reason = reason
         self.items: list[Any] = []
+        self.saved: Any = None  # the owner's flags, set aside for the forward (`on_enter`)
         self._outer = outer  # the exception being handled when the forward began (a retry inside `except`)
 
 
 class ForwardFrames:
     """Follow the forwards of one root model per thread, for one owner (a watch, an ActivationStats).
 
-    Two hooks on the root: a forward pre-hook opens a `Frame` (is it part of a step?), an always-called forward
-    hook closes it and calls `on_exit(frame, completed)`; `completed` is `False` when the forward raised.
+    Two hooks on the root: a forward pre-hook opens a `Frame` (is it part of a step?) and calls `on_enter(frame)`,
+    an always-called forward hook closes it and calls `on_exit(frame, completed)`; `completed` is `False` when the
+    forward raised. Both run eagerly under `torch.compile` (`on_enter` is where flags that traced hooks read are
+    turned off for a forward that is not part of a step).
 
     Args:
         train_only: As `uncounted`.
         on_exit: Called with each closed frame and whether its forward completed.
+        on_enter: Called with each frame opened, if given.
     """
 
-    def __init__(self, train_only: bool, on_exit: Callable[[Frame, bool], None]) -> None:
+    def __init__(
+        self,
+        train_only: bool,
+        on_exit: Callable[[Frame, bool], None],
+        on_enter: Callable[[Frame], None] | None = None,
+    ) -> None:
         self.train_only = train_only
         self._on_exit = on_exit
+        self._on_enter = on_enter
         self._local = threading.local()
         self._root: weakref.ref[nn.Module] | None = None
 
@@ -130,7 +140,10 @@ class ForwardFrames:
         stack: list[Frame] | None = getattr(self._local, "stack", None)
         if stack is None:
             stack = self._local.stack = []
-        stack.append(Frame(uncounted(module, self.train_only), sys.exc_info()[1]))
+        frame = Frame(uncounted(module, self.train_only), sys.exc_info()[1])
+        stack.append(frame)
+        if self._on_enter is not None:
+            self._on_enter(frame)
 
     def _leave(self, module: nn.Module, args: Any, output: Any) -> None:
         if self._root is None or module is not self._root():

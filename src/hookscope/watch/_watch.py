@@ -211,7 +211,7 @@ class Watch(Callback):
         self._recorder = recorder
         apply_recorder_state(self)
         recorder.lock, recorder.errors, recorder.label = self._lock, self.errors, self._label
-        recorder.frames = frames = ForwardFrames(self.options.train_only, self._frame_ended)
+        recorder.frames = frames = ForwardFrames(self.options.train_only, self._frame_ended, self._frame_began)
         recorder.register()
         self._frame_handles = frames.register(model, owner=self, tags=("watch",), errors=self.errors)
         self._attached = True
@@ -300,6 +300,13 @@ class Watch(Callback):
         self._flush()
         self._warn_unobserved()
 
+    def _frame_began(self, frame: Frame) -> None:
+        """A root forward that is not part of a step began: traced (compiled) hooks record nothing during it."""
+        recorder = self._recorder
+        if recorder is not None and frame.reason is not None:
+            frame.saved = (recorder.recording, recorder.checking_now)
+            recorder.recording = recorder.checking_now = False
+
     def _frame_ended(self, frame: Frame, completed: bool) -> None:
         """A root forward ended: keep what it recorded if it completed (`Recorder.commit`); one that raised was
         no training batch (without an optimizer, the step it began goes on with the next forward)."""
@@ -307,6 +314,8 @@ class Watch(Callback):
         if recorder is None:
             return
         with self._lock:
+            if frame.saved is not None:
+                recorder.recording, recorder.checking_now = frame.saved
             if frame.items:
                 recorder.commit(frame, completed)
             if not completed and frame.reason is None:
