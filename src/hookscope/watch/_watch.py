@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import warnings
 import weakref
 from collections.abc import Iterable
 from typing import Any
@@ -11,9 +10,8 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from .._errors import UnobservedModuleWarning
 from ..callbacks import Callback, LoopDriver
-from ..callbacks._steps import ForwardFrames, Frame
+from ..callbacks._steps import ForwardFrames
 from ..distributed import grad_reduction
 from ..hooks import (
     HookErrors,
@@ -25,7 +23,7 @@ from ..hooks import (
     normalize_path,
     select_modules,
 )
-from ._assemble import build_results, first_from_flags, first_nonfinite, merge_first
+from ._assemble import build_results, first_from_flags, merge_first
 from ._extras import collect_extras, watch_meta
 from ._options import GROUPS, WatchOptions
 from ._recorder import Recorder
@@ -33,6 +31,7 @@ from ._results import WatchResults
 from ._scaler import GradScalerSteps, check_scaler
 from ._sinks import Sink
 from ._state import apply_recorder_state, load_watch_state, watch_state
+from ._stepping import WatchSteps
 from ._store import SeriesStore
 
 __all__ = ["ACTIVATION_TYPES", "Watch", "default_selector"]
@@ -55,7 +54,7 @@ def default_selector(path: str, module: nn.Module) -> bool:
     return next(iter(module.parameters(recurse=False)), None) is not None
 
 
-class Watch(Callback):
+class Watch(WatchSteps, Callback):
     """Monitor a model while it trains; see `watch()` for the arguments. A `Callback`, and a context manager."""
 
     def __init__(
@@ -288,48 +287,6 @@ class Watch(Callback):
             for sink in self.sinks:
                 sink.close()
 
-    def _finish(self, error: BaseException | None) -> None:
-        if error is not None:
-            self._warned_unobserved = True  # a step cut short proves nothing about unobserved modules
-        self._poll_scaler()
-        recorder = self._recorder
-        open_step = recorder is not None and (recorder.open_row >= 0 or recorder.checking)
-        if open_step and self._optimizer_ref is not None and self._optimizer_steps <= self._step:
-            self._label("unfinished")  # its optimizer step never came: the run ended, or forwards ran after it
-        self._end_step()
-        self._flush()
-        self._warn_unobserved()
-
-    def _frame_began(self, frame: Frame) -> None:
-        """A root forward that is not part of a step began: traced (compiled) hooks record nothing during it."""
-        recorder = self._recorder
-        if recorder is not None and frame.reason is not None:
-            frame.saved = (recorder.recording, recorder.checking_now)
-            recorder.recording = recorder.checking_now = False
-
-    def _frame_ended(self, frame: Frame, completed: bool) -> None:
-        """A root forward ended: keep what it recorded if it completed (`Recorder.commit`); one that raised was
-        no training batch (without an optimizer, the step it began goes on with the next forward)."""
-        recorder = self._recorder
-        if recorder is None:
-            return
-        with self._lock:
-            if frame.saved is not None:
-                recorder.recording, recorder.checking_now = frame.saved
-            if frame.items:
-                recorder.commit(frame, completed)
-            if not completed and frame.reason is None:
-                self._batches -= 1
-
-    def _count_error(self, reason: str) -> None:
-        if self._recorder is not None:
-            self._recorder.drop(reason)
-
-    def _label(self, label: str) -> None:
-        """Label the open step (`"retain_graph"`: a backward went through its forward twice)."""
-        if self._step >= 0 and [label, self._step] not in self._labelled:
-            self._labelled.append([label, self._step])
-
     @contained
     def log_loss(self, loss: torch.Tensor | float) -> None:
         """Record the loss of the current step on the device (averaged when logged several times in a step)."""
@@ -338,85 +295,6 @@ class Watch(Callback):
 
     def _is_ours(self, optimizer: torch.optim.Optimizer) -> bool:
         return self._optimizer_ref is None or self._optimizer_ref() is optimizer
-
-    def _poll_scaler(self) -> None:
-        """After `scaler.update()`: if the open step had no optimizer step, the scaler skipped it; it is a step
-        of its own (recorded with its forward and output gradients, no parameter gradients or update ratios)."""
-        tracker = self._scaler
-        if tracker is None or not tracker.updated():
-            return
-        if not tracker.stepped and self._step >= 0 and self._step == self._optimizer_steps:
-            self._skipped.append(self._step)
-            self._optimizer_steps += 1
-        tracker.stepped = False
-
-    # ---- steps -----------------------------------------------------------------------------------------------
-    def _ensure_step(self) -> None:
-        """Open the step the next event belongs to: the optimizer's next step, or this training forward's."""
-        recorder = self._recorder
-        if recorder is None:
-            return
-        step = self._optimizer_steps if self._optimizer_ref is not None else self._batches - 1
-        if step != self._step or (recorder.open_row < 0 and not recorder.checking):
-            self._begin_step(step)
-
-    def _is_step_done(self) -> bool:
-        """Whether the open step has had its optimizer step (or, without an optimizer, its backward)."""
-        if self._optimizer_ref is not None:
-            return self._optimizer_steps > self._step
-        return self._step_backwards > 0
-
-    def _begin_step(self, step: int) -> None:
-        self._end_step()
-        recorder = self._recorder
-        if recorder is None:
-            return
-        self._step = step
-        self._step_backwards = 0
-        recorder.step_open = True
-        if recorder.buffers.is_full:
-            self._flush()  # first: thinning may change which steps are recorded
-        if self._store.records(step):
-            recorder.open_row = recorder.buffers.new_row(step)
-            recorder.begin(recorder.open_row)
-            self._recorded += 1
-        else:
-            recorder.checking = self.options.check_nonfinite
-
-    def _end_step(self) -> None:
-        recorder = self._recorder
-        if recorder is None or (recorder.open_row < 0 and not recorder.checking):
-            return
-        if recorder.checking:
-            recorder.fold_flags(self._step)
-        was_recorded = recorder.open_row >= 0
-        if was_recorded:
-            recorder.settle()
-        recorder.open_row = recorder.row = -1
-        recorder.checking = recorder.recording = recorder.checking_now = recorder.step_open = False
-        if was_recorded:
-            self._warn_unobserved()
-            if self.options.doctor and self._recorded - self._doctor_at >= self.options.doctor_every:
-                self._run_doctor()
-
-    def _flush(self) -> None:
-        """Move the closed steps' rows to the host store (one transfer) and hand them to the sinks."""
-        recorder = self._recorder
-        if recorder is None:
-            return
-        recorder.write_pending()
-        stop = recorder.open_row if recorder.open_row >= 0 else None
-        chunk = recorder.buffers.take(stop)
-        if chunk is None:
-            return
-        orders = (recorder.forward_order, recorder.backward_order)
-        self._first = merge_first(self._first, first_nonfinite(chunk, recorder.paths, orders))
-        kept = self._store.add(chunk)
-        if self.sinks and len(kept):
-            block = build_results(kept, recorder.paths, recorder.kinds, recorder.param_names, self.options.groups)
-            block.hist_edges = collect_extras(recorder, hist_only=True).hist_edges
-            for sink in self.sinks:
-                sink.write(block)
 
     # ---- reading ---------------------------------------------------------------------------------------------
     def results(self) -> WatchResults:
@@ -465,32 +343,6 @@ class Watch(Callback):
         """`results().save(path)`: write the results atomically (safetensors + JSON); return the path."""
         return self.results().save(path)
 
-    # ---- warnings and the doctor -----------------------------------------------------------------------------
-    def _warn_unobserved(self) -> None:
-        if self._warned_unobserved or self._recorder is None or self._recorded == 0:
-            return
-        self._warned_unobserved = True
-        unobserved = collect_extras(self._recorder, model=_alive(self._model_ref), unobserved_only=True).unobserved
-        if unobserved:
-            listing = "; ".join(f"{path!r}: {reason}" for path, reason in unobserved.items())
-            warnings.warn(
-                f"watch(): {len(unobserved)} selected module(s) never ran during a training step, so nothing is "
-                f"recorded for them (see results().unobserved): {listing}",
-                UnobservedModuleWarning,
-                stacklevel=2,
-            )
-
-    def _run_doctor(self) -> None:
-        self._doctor_at = self._recorded
-        if self._doctor is None:
-            try:
-                from ..doctor import LiveDoctor
-            except ImportError:  # the doctor is an optional part: watch works without it
-                self.options = _without_doctor(self.options)
-                return
-            self._doctor = LiveDoctor()
-        self._doctor.update(self.results(), warn=True, stacklevel=3)
-
     def state_dict(self) -> dict[str, Any]:
         """Counters and kept steps, to resume a run (`load_state_dict`); flushes the device buffers."""
         return watch_state(self)
@@ -517,9 +369,3 @@ def _check_sinks(sinks: Iterable[Sink]) -> list[Sink]:
                 f"{type(sink).__name__}"
             )
     return chosen
-
-
-def _without_doctor(options: WatchOptions) -> WatchOptions:
-    from dataclasses import replace
-
-    return replace(options, doctor=False)
