@@ -30,7 +30,9 @@ import torch.nn as nn
 
 from ..callbacks._steps import ForwardFrames, Frame, uncounted
 from ..hooks import HookErrors, HookHandle, is_plain, register_module_hook
+from ..hooks._calls import CalledHook
 from ._buffers import ACTIVATION, OUTPUT_GRAD, StepBuffers
+from ._checks import NonFiniteChecks
 from ._entry import GradHook, Staged, hook_grads, no_label, plain_grad, staged
 from ._kernels import (
     BATCH_BELOW,
@@ -53,7 +55,7 @@ __all__ = ["Recorder"]
 ModuleHook = Callable[[nn.Module, Any, Any], None]
 
 
-class Recorder(ParamRecorder):
+class Recorder(NonFiniteChecks, ParamRecorder):
     """Hooks on the selected modules and the device-side state they fill."""
 
     def __init__(
@@ -99,6 +101,7 @@ class Recorder(ParamRecorder):
         self.errors: HookErrors | None = None  # the watch's: where failures of these hooks go
         self.frames: ForwardFrames | None = None  # the root forwards running, per thread
         self.label: Callable[[str], None] = no_label  # label the open step (`"retain_graph"`)
+        self.grad_where = [f"output-gradient hook on {path!r}" for path in self.paths]
 
     def matches(self, modules: list[tuple[str, nn.Module]], params: list[tuple[str, nn.Parameter]]) -> bool:
         """Whether `modules` and `params` have the paths and names this recorder was built for."""
@@ -301,17 +304,11 @@ class Recorder(ParamRecorder):
     # ---- gradients -----------------------------------------------------------------------------------------
     def _grad_hook(self, index: int, log: StepLog) -> GradHook:
         def hook(grad: torch.Tensor | None) -> None:
-            if grad is None:
-                return
-            try:
+            if grad is not None:
                 with self.lock:
                     self._on_grad(index, log, grad)
-            except Exception as err:
-                if self.errors is None:
-                    raise
-                self.errors.failed(err, f"output-gradient hook on {self.paths[index]!r}")
 
-        return hook
+        return CalledHook(hook, self.errors, self.grad_where[index])
 
     def _on_grad(self, index: int, log: StepLog, raw: torch.Tensor) -> None:
         grad = plain_grad(raw)
@@ -335,41 +332,6 @@ class Recorder(ParamRecorder):
 
         return hook
 
-    def _traced_check_hook(self, index: int) -> GradHook:
-        def hook(grad: torch.Tensor) -> None:
-            if self.stage is not None:
-                hit = ~torch.isfinite(torch.stack(torch.aminmax(grad))).all()
-                self.stage[index, 3].add_(hit.to(self.stage.dtype))
-
-        return hook
-
-    # ---- unrecorded steps: non-finite checks ---------------------------------------------------------------
-    def _check(self, index: int, output: Any, staged: Staged | None) -> None:
-        self.drop("sampling")
-        self.observed[index] = True
-        self._rank(0, index)
-        x = first_float(output)
-        if x is None or not x.numel() or not is_plain(x):
-            return
-        (self.checks if staged is None else staged.checks).append((0, index, torch.aminmax(x.detach())))
-        if torch.is_grad_enabled():
-            hook_grads(output, self._check_hook(index), self._repeated)
-
-    def _check_hook(self, index: int) -> GradHook:
-        def hook(grad: torch.Tensor) -> None:
-            try:
-                plain = plain_grad(grad)
-                if plain is not None and plain.numel():
-                    with self.lock:
-                        self._rank(1, index)
-                        self.checks.append((1, index, torch.aminmax(plain)))
-            except Exception as err:
-                if self.errors is None:
-                    raise
-                self.errors.failed(err, f"output-gradient check on {self.paths[index]!r}")
-
-        return hook
-
     # ---- parameters and optimizer steps --------------------------------------------------------------------
     def log_loss(self, loss: torch.Tensor | float) -> None:
         """Add `loss` to the open row's loss (averaged over the calls of the step); count it dropped otherwise."""
@@ -384,37 +346,6 @@ class Recorder(ParamRecorder):
         self.buffers.loss_calls[row_id % self.buffers.rows] += 1
 
     # ---- the end of a step ---------------------------------------------------------------------------------
-    def fold_flags(self, step: int) -> None:
-        """Fold the checked step's non-finite findings into the first non-finite steps, on the device."""
-        found: list[tuple[int, int, tuple[torch.Tensor, ...]]] = [(d, j, tuple(pair)) for d, j, pair in self.checks]
-        self.checks = []
-        traced = [(0, j, tuple(t.unbind())) for kind, j, t in self._take_traced() if kind == -1]
-        for _, j, _ in traced:
-            self.observed[j] = True
-            self._rank(0, j)
-        if traced:
-            self._assume_backward_order()
-        found += traced
-        stage = self.stage if traced else None
-        if not found:
-            return
-        device = found[0][2][0].device
-        hits = torch.zeros(2 * len(self.paths), device=device)
-        bad = ~torch.isfinite(torch.stack([v for _, _, pair in found for v in pair]).view(-1, 2)).all(1)
-        hits.index_add_(0, self.positions([d * len(self.paths) + j for d, j, _ in found], device), bad.float())
-        if stage is not None:
-            hits[len(self.paths) :].add_(stage[:, 3].to(device))
-            stage[:, 3].zero_()
-        self._ensure_flags(device)
-        if self.first is not None:
-            newly = (hits.view(2, -1) > 0) & (self.first < 0)
-            self.first.copy_(torch.where(newly, step, self.first))
-
-    def _ensure_flags(self, device: torch.device) -> None:
-        if self.flags is None or self.first is None:
-            self.flags = torch.ones(2, len(self.paths), dtype=torch.bool, device=device)
-            self.first = torch.full((2, len(self.paths)), -1, dtype=torch.int64, device=device)
-
     def settle(self) -> None:
         """Close the recorded step: its log waits to be written with the next ones (`_step.py`)."""
         log = self.log
