@@ -104,24 +104,36 @@ class RunSession:
             register_global_optimizer_hook("step_pre", self._guarded(self._step_pre), owner=self, tags=_TAGS),
             register_global_optimizer_hook("step_post", self._guarded(self._step_post), owner=self, tags=_TAGS),
         ]
+        self._wrap_backward()
+        self._wrap_optimizer_init()
+
+    def _wrap_backward(self) -> None:
+        """`torch.autograd.backward` (what `loss.backward()` calls), wrapped: the loss, and the models it reaches."""
         self._original_backward = original = torch.autograd.backward
         session = self
 
         def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
             loss = session._guarded(session._before_backward)(tensors)
             try:
-                return original(tensors, *args, **kwargs)
-            finally:
-                if loss is not None:
-                    session._guarded(session._after_backward)(loss)
+                result = original(tensors, *args, **kwargs)
+            except BaseException:
+                session._forget(loss)
+                raise
+            if loss is not None:
+                session._guarded(session._after_backward)(loss)
+            return result
 
         backward.__doc__, backward.__wrapped__ = original.__doc__, original  # type: ignore[attr-defined]
         torch.autograd.backward = backward
+
+    def _wrap_optimizer_init(self) -> None:
+        """`torch.optim.Optimizer.__init__`, wrapped: the optimizers the script makes, to find each model's."""
         self._original_init = original_init = torch.optim.Optimizer.__init__
+        optimizers = self._optimizers
 
         def init(optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> None:
             original_init(optimizer, *args, **kwargs)
-            session._optimizers.add(optimizer)
+            optimizers.add(optimizer)
 
         torch.optim.Optimizer.__init__ = functools.wraps(original_init)(init)  # type: ignore[method-assign,assignment]
 
@@ -256,10 +268,14 @@ class RunSession:
             node.register_prehook(started)
         return loss
 
+    def _forget(self, loss: _Loss | None) -> None:
+        """Drop the graph tasks of `loss`'s backward (it ended)."""
+        for task in [task for task, value in self._backwards.items() if value is loss]:
+            self._backwards.pop(task, None)
+
     def _after_backward(self, loss: _Loss) -> None:
         with self._lock:
-            for task in [task for task, value in self._backwards.items() if value is loss]:
-                del self._backwards[task]
+            self._forget(loss)
             for entry in loss.reached:
                 entry.reached = True
                 if entry.optimizer is None:
