@@ -21,7 +21,10 @@ Labelled, not merged:
       those of the first backward (the later ones are counted in `dropped["retain_graph"]`), parameter gradients
       are what the optimizer uses (`.grad`, summed over the backwards), and the step is listed in
       `meta["step_labels"]["retain_graph"]`.
-    * a step a `GradScaler` skipped is a step of its own, listed in `skipped_steps` (`watch(scaler=)`).
+    * a step a `GradScaler` skipped is a step of its own, listed in `skipped_steps` (`watch(scaler=)`);
+    * a step whose optimizer step never came (the run ended first, or the model ran once more after its last step,
+      as a GAN's discriminator does for the generator's loss) is kept and listed in
+      `meta["step_labels"]["unfinished"]`.
 
 `uncounted` says why a forward is not part of a step; `ForwardFrames` follows the root forwards running in each
 thread, so that what their hooks saw is kept only once each forward has completed.
