@@ -61,7 +61,6 @@ class WatchedModel:
     optimizer: weakref.ref[torch.optim.Optimizer] | None = None
     reached: bool = False  # a backward reached the model
     pending: list[_Loss] = field(default_factory=list)  # losses backwarded into it since its last step
-    in_step: bool = False  # between its optimizer's step pre- and post-hook (a closure runs there)
 
 
 @dataclass(eq=False)
@@ -240,7 +239,6 @@ class RunSession:
             self._bound.setdefault(optimizer, []).append(entry)
             if optimizer in self._stepping:  # first seen inside its optimizer's step (a closure): it began already
                 watcher.before_optimizer_step(optimizer)
-                entry.in_step = True
 
     def _optimizer_of(self, module: nn.Module) -> torch.optim.Optimizer | None:
         """The optimizer the script made that holds most of `module`'s parameters, if any."""
@@ -293,7 +291,6 @@ class RunSession:
                     values = [loss.value for loss in entry.pending]
                     entry.watcher.log_loss(sum(values[1:], values[0]))
                     self._consume(entry.pending)
-                entry.in_step = True
 
     def _step_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         with self._lock:
@@ -303,7 +300,6 @@ class RunSession:
                 if entry.pending:  # backwarded inside the step: a closure; its first loss is the step's
                     entry.watcher.log_loss(entry.pending[0].value)
                     self._consume(entry.pending)
-                entry.in_step = False
 
     def _consume(self, losses: list[_Loss]) -> None:
         """A loss belongs to the first step that uses it: take `losses` out of every model's pending list."""
