@@ -40,6 +40,7 @@ class DeadUnitDetector:
 
     The unit axis is `unit_dim` when given; otherwise 1 for convolution and batch-norm outputs and for other
     outputs of 4 or 5 dimensions (images, volumes), else the last axis (Linear, transformer `(B, T, C)`).
+    A failure inside its hooks never reaches the training: it is counted in `errors.failures` and warned once.
 
     Example:
         >>> import torch, torch.nn as nn

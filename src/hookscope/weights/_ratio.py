@@ -27,7 +27,8 @@ class UpdateRatioMonitor:
     (<< 1e-3). Step pre/post hooks copy the weights into reused buffers and compute the ratios on the device
     (no host sync); they are read when asked. History is a ring buffer of `capacity` steps (`None`: every
     step) with a `dropped` count. `reducer_factory` (e.g. a `hookscope` reducer class) gives each layer a
-    reducer whose `push(ratio)` receives its 0-d ratio tensor every step.
+    reducer whose `push(ratio)` receives its 0-d ratio tensor every step. A failure inside its hooks never
+    reaches the training: it is counted in `errors.failures` and warned once.
 
     Example:
         >>> import torch, torch.nn as nn
