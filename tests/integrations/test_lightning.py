@@ -29,7 +29,7 @@ class Regressor(pl.LightningModule):  # type: ignore[misc]
             raise RuntimeError("failing training step")
         x, y = batch
         loss = nn.functional.mse_loss(self.net(x), y)  # the LightningModule's own forward is never called
-        self.losses.append(float(loss))
+        self.losses.append(float(loss.detach()))
         return loss
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
