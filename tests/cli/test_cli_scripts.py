@@ -44,6 +44,7 @@ def numbers(pattern: str, text: str) -> torch.Tensor:
     return torch.tensor([float(value) for value in re.findall(pattern, text)])
 
 
+@pytest.mark.slow  # about 4 s each (the script and its report)
 @pytest.mark.parametrize("use_optimizer", [False, True], ids=["hand-written-sgd", "optimizer"])
 def test_word_language_model(
     use_optimizer: bool, tmp_path: Path, hookscope: Callable[..., object], capsys: pytest.CaptureFixture[str]
@@ -63,6 +64,7 @@ def test_word_language_model(
         assert torch.isfinite(rnn.update_ratios["decoder.weight"]).all()
 
 
+@pytest.mark.slow  # about 7 s (two reports)
 def test_dcgan_each_model_gets_its_own_losses(
     tmp_path: Path, hookscope: Callable[..., object], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -108,6 +110,7 @@ def test_a_hand_written_sgd_script_is_watched(
     assert "Linear was trained without a torch.optim optimizer (hand-written updates)" in notes
 
 
+@pytest.mark.slow  # about 5 s (two reports)
 def test_models_trained_in_two_threads_are_both_watched(
     tmp_path: Path, hookscope: Callable[..., object], capsys: pytest.CaptureFixture[str]
 ) -> None:

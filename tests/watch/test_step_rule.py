@@ -49,6 +49,7 @@ def test_no_grad_and_inference_mode_forwards_are_not_merged_into_the_training_st
     assert results.dropped["no_grad"] == 3 and results.dropped["inference_mode"] == 3
 
 
+@pytest.mark.slow  # about 5 s (compiles)
 def test_no_grad_forwards_of_a_compiled_model_are_not_merged() -> None:
     torch._dynamo.reset()
     model = mlp()
