@@ -111,6 +111,7 @@ def recipe(name: str, t: dict[str, Any]) -> dict[str, Any]:
         "QuantileReducer": {"q": 0.5},
         "ReservoirReducer": {"capacity": 4},
         "Hook": {"m": model[0], "hook_func": hook},
+        "HookErrors": {"owner": "a test"},
         "Hooks": {"ms": [model[0]], "hook_func": hook},
         "LoopDriver": {"callbacks": [hookscope.Callback()], "model": model},
         "MonitorPool": {"constructor": hookscope.OutputMonitor.partialconstructor(StatsReducer()), "model": model},
@@ -302,6 +303,20 @@ FREE: dict[str, str] = {
             "register_post_accumulate_grad_hook",
         )
     },
+    **{
+        f"{name}.errors": "any HookErrors (None: a failure raises, as in PyTorch)"
+        for name in (
+            "register_module_hook",
+            "register_global_module_hook",
+            "register_optimizer_hook",
+            "register_global_optimizer_hook",
+            "register_output_grad_hook",
+            "register_tensor_hook",
+            "register_post_accumulate_grad_hook",
+        )
+    },
+    "HookErrors.owner": "any text names the owner in the message",
+    "HookErrors.counter": "any text says where the count is shown",
     **{
         f"{name}.path": "a label the hook is listed under"
         for name in (

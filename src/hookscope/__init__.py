@@ -3,7 +3,13 @@
 The public surface is flat: every name below is re-exported from its subpackage.
 """
 
-from ._errors import CompiledModelWarning, HookscopeWarning, MergeWarning, UnobservedModuleWarning
+from ._errors import (
+    CompiledModelWarning,
+    HookFailureWarning,
+    HookscopeWarning,
+    MergeWarning,
+    UnobservedModuleWarning,
+)
 from .callbacks import ActivationStats, Callback, HookCallback, LoopDriver
 from .checkpoint import load_state, save_state
 from .doctor import Finding, diagnose, format_findings
@@ -93,6 +99,7 @@ __all__ = [
     "HistoryReducer",
     "Hook",
     "HookCallback",
+    "HookFailureWarning",
     "HookHandle",
     "HookInfo",
     "Hooks",

@@ -7,8 +7,10 @@ from collections.abc import Iterable
 
 __all__ = [
     "CompiledModelWarning",
+    "HookFailureWarning",
     "HookscopeWarning",
     "UnobservedModuleWarning",
+    "UserHookError",
     "closest_names",
     "unknown_name",
 ]
@@ -20,6 +22,17 @@ class HookscopeWarning(UserWarning):
 
 class CompiledModelWarning(HookscopeWarning):
     """Hooks were attached to a model that torch.compile may already have traced without them."""
+
+
+class HookFailureWarning(HookscopeWarning):
+    """One of hookscope's own observing hooks failed; the training went on and the failure was counted."""
+
+
+class UserHookError(RuntimeError):
+    """A callable the user handed to hookscope (a monitor's `filter_` or `map_` ...) raised; `__cause__` is its error.
+
+    Raised into the user's code even from hooks whose own failures hookscope contains.
+    """
 
 
 class MergeWarning(HookscopeWarning):

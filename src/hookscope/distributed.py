@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import math
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -67,7 +68,8 @@ GRAD_SHARDED = "sharded, combined as root sum of squares"
 """FSDP2 (DTensor) parameters: each rank holds a shard of the averaged gradient; full norms are the square root
 of the ranks' summed squares."""
 
-_GROUPS: dict[float, tuple[Any, Any]] = {}
+_GROUPS: dict[float, tuple[weakref.ref[Any], weakref.ref[Any]]] = {}
+"""timeout -> (default group, hookscope's gloo group), both held weakly: torch's registry owns them."""
 
 
 def is_distributed() -> bool:
@@ -91,12 +93,20 @@ def is_main_process() -> bool:
 
 
 def _group(timeout: datetime.timedelta) -> Any:
-    """A gloo group over all ranks with `timeout`, made once per (world, timeout); every rank creates it alike."""
+    """A gloo group over all ranks with `timeout`, made once per (world, timeout); every rank creates it alike.
+
+    The groups are held by weak references: torch's registry owns them, so `dist.destroy_process_group()` frees
+    them then and there, as every other group. Holding them here kept each rank's destroyed gloo group (and the
+    default group) alive until interpreter teardown, where destroying a gloo process group could abort a rank
+    at exit ("terminate called without an active exception", tests/distributed/test_ddp_example.py).
+    """
     key, world = timeout.total_seconds(), dist.group.WORLD
     known = _GROUPS.get(key)
-    if known is None or known[0] is not world:  # a new default group (destroyed and initialized again)
-        _GROUPS[key] = known = (world, dist.new_group(backend="gloo", timeout=timeout))
-    return known[1]
+    group = None if known is None or known[0]() is not world else known[1]()
+    if group is None:  # none yet, or the default group was destroyed (and maybe initialized again)
+        group = dist.new_group(backend="gloo", timeout=timeout)
+        _GROUPS[key] = (weakref.ref(world), weakref.ref(group))
+    return group
 
 
 @contextlib.contextmanager

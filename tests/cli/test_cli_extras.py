@@ -56,7 +56,7 @@ def test_run_saves_the_data_before_it_draws(
         f"hookscope: error: the data is saved in {tmp_path / 'out'}, but drawing report.html needs matplotlib, not "
         f"installed: pip install 'hookscope[plot]', then hookscope report {tmp_path / 'out'}"
     )
-    assert WatchResults.load(tmp_path / "out" / RESULTS_FILE).num_steps == 4
+    assert WatchResults.load(tmp_path / "out" / RESULTS_FILE).num_steps == 5  # watched from the first step
     assert not (tmp_path / "out" / REPORT_FILE).exists()
     refused = hookscope("report", str(tmp_path / "out"))
     assert (refused.code, refused.err) == (

@@ -20,14 +20,14 @@ def read(folder: Path) -> tuple[WatchResults, dict]:
     return WatchResults.load(folder / "results.safetensors"), json.loads((folder / "report.json").read_text())
 
 
-def test_the_example_is_watched_from_its_second_step(
+def test_the_example_is_watched_from_its_first_step(
     tmp_path: Path, hookscope: Callable[..., object], examples: Path
 ) -> None:
     done = hookscope("run", "--out", str(tmp_path), str(examples / "train_mlp.py"), "--steps", "12")
     assert done.code == 0, done.err
     assert "trained 12 steps" in done.out  # the script's own output and arguments
     results, document = read(tmp_path)
-    assert results.steps.tolist() == list(range(11))  # watched after its first optimizer step
+    assert results.steps.tolist() == list(range(12))  # watched from its first training forward
     assert list(results.layers) == ["0", "1", "2", "3", "4"]
     assert results.losses is not None and torch.isfinite(results.losses).all()  # nn.CrossEntropyLoss was logged
     assert document["meta"]["status"] == "completed" and document["meta"]["model"] == "Sequential"
@@ -49,7 +49,7 @@ def test_a_script_that_raises_midway_still_gets_its_report(
     assert (len(module_hooks._global_forward_pre_hooks), len(module_hooks._global_forward_hooks)) == before
     assert not [h for h in list_hooks() if "hookscope-run" in h.tags]
     results, document = read(tmp_path)
-    assert results.num_steps == 6  # steps 1..6 of 0..6
+    assert results.num_steps == 7  # steps 0..6
     assert document["meta"]["status"] == "raised" and "planted crash at step 7" in document["meta"]["error"]
     assert (
         "The run did not complete (raised: RuntimeError: planted crash at step 7)"
@@ -78,7 +78,7 @@ def test_the_exit_code_is_the_scripts(
     assert done.code == code
     results, document = read(tmp_path / "out")
     assert document["meta"]["status"] == status and document["meta"]["exit_code"] == code
-    assert results.num_steps == 2  # steps 1 and 2 ran watched before step 3 stopped the script
+    assert results.num_steps == 3  # steps 0, 1 and 2 ran watched before step 3 stopped the script
 
 
 def test_every_and_select(tmp_path: Path, hookscope: Callable[..., object], training_script: Callable[..., Path]):
@@ -87,7 +87,7 @@ def test_every_and_select(tmp_path: Path, hookscope: Callable[..., object], trai
     assert done.code == 0, done.err
     results, _ = read(tmp_path / "out")
     assert list(results.layers) == ["2"]
-    assert results.num_steps == 4  # 8 watched steps, one in two
+    assert results.num_steps == 5  # 9 watched steps, one in two
 
 
 def test_each_trained_model_gets_a_report_and_an_index(
@@ -102,7 +102,7 @@ def test_each_trained_model_gets_a_report_and_an_index(
     assert 'href="1-Sequential/report.html"' in index and 'href="2-Sequential/report.html"' in index
     first, _ = read(tmp_path / "out" / "1-Sequential")
     second, _ = read(tmp_path / "out" / "2-Sequential")
-    assert (first.num_steps, second.num_steps) == (2, 3)
+    assert (first.num_steps, second.num_steps) == (3, 4)
 
 
 def test_a_script_that_trains_nothing_is_said_so(
@@ -112,7 +112,7 @@ def test_a_script_that_trains_nothing_is_said_so(
     done = hookscope("run", "--out", str(tmp_path / "out"), str(script))
     assert done.code == 0 and "nothing to train" in done.out
     _, document = read(tmp_path / "out")
-    assert "no model was trained with a torch.optim optimizer" in document["meta"]["notes"]
+    assert "no model was trained (no backward reached a model run in training mode)" in document["meta"]["notes"]
 
 
 def test_run_usage_errors(tmp_path: Path, hookscope: Callable[..., object]) -> None:
@@ -144,6 +144,6 @@ def test_a_select_that_matches_nothing_is_noted_and_the_script_still_runs(
 ) -> None:
     done = hookscope("run", "--select", "nope.*", "--out", str(tmp_path / "out"), str(training_script(steps=3)))
     assert done.code == 0
-    assert "hookscope: could not watch the model trained by SGD: select must name an existing module path" in done.err
+    assert "hookscope: could not watch Sequential: select must name an existing module path" in done.err
     _, document = read(tmp_path / "out")
-    assert document["meta"]["notes"].startswith("could not watch the model trained by SGD")
+    assert document["meta"]["notes"].startswith("could not watch Sequential")

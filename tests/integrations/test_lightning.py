@@ -22,12 +22,15 @@ class Regressor(pl.LightningModule):  # type: ignore[misc]
         super().__init__()
         self.net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
         self.fail_at = fail_at
+        self.losses: list[float] = []  # oracle: each training batch's loss, as training_step returns it
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         if self.fail_at is not None and self.global_step == self.fail_at:
             raise RuntimeError("failing training step")
         x, y = batch
-        return nn.functional.mse_loss(self.net(x), y)  # the LightningModule's own forward is never called
+        loss = nn.functional.mse_loss(self.net(x), y)  # the LightningModule's own forward is never called
+        self.losses.append(float(loss.detach()))
+        return loss
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         self.net(batch[0] * 1e3)
@@ -36,13 +39,13 @@ class Regressor(pl.LightningModule):  # type: ignore[misc]
         return torch.optim.SGD(self.parameters(), lr=0.05)
 
 
-def fit(module: Regressor, callback: HookscopeLightningCallback, tmp_path: Path) -> None:
+def fit(module: Regressor, callback: HookscopeLightningCallback, tmp_path: Path, accumulate: int = 1) -> None:
     data = torch.utils.data.TensorDataset(torch.randn(24, 4), torch.randn(24, 1))
-    loader = torch.utils.data.DataLoader(data, batch_size=8)
+    loader = torch.utils.data.DataLoader(data, batch_size=8 // accumulate)
     trainer = pl.Trainer(
         max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
         enable_model_summary=False, default_root_dir=tmp_path, accelerator="cpu", limit_val_batches=1,
-        num_sanity_val_steps=0, callbacks=[callback],
+        num_sanity_val_steps=0, callbacks=[callback], accumulate_grad_batches=accumulate,
     )  # fmt: skip
     trainer.fit(module, loader, loader)
 
@@ -59,12 +62,24 @@ def test_watch_and_activation_stats_record_a_real_fit(tmp_path: Path) -> None:
     assert results.steps.tolist() == list(range(6))  # 3 batches x 2 epochs, counted over the fit
     assert list(results.layers) == ["net.0", "net.1", "net.2"]
     assert float(results.activations["net.0"]["max"].max()) < 100  # validation (x 1000) never recorded
-    assert results.losses is not None and torch.isfinite(results.losses).all()
+    assert results.losses is not None
+    torch.testing.assert_close(results.losses, torch.tensor(module.losses, dtype=torch.float64), rtol=1e-5, atol=1e-7)
     assert torch.isfinite(results.update_ratios["net.0.weight"]).all()
     assert torch.isfinite(results.param_grads["net.2.bias"]["norm"]).all()
     assert results.dropped.get("eval", 0) > 0
     assert len(stats.stats) == math.ceil(6 / 2)
     assert no_hooks(module)
+
+
+def test_accumulated_batches_log_the_full_loss_of_each_step(tmp_path: Path) -> None:
+    module = Regressor()
+    w = watch(module)
+    fit(module, HookscopeLightningCallback(w), tmp_path, accumulate=2)
+    results = w.results()
+    assert results.steps.tolist() == list(range(6))  # 6 batches of 4 per epoch, 2 per optimizer step
+    assert results.losses is not None  # Lightning backwards loss / 2 per batch: a step's loss is the pair's mean
+    expected = torch.tensor(module.losses, dtype=torch.float64).view(6, 2).mean(dim=1)
+    torch.testing.assert_close(results.losses, expected, rtol=1e-5, atol=1e-7)
 
 
 def test_hooks_are_removed_when_the_fit_raises(tmp_path: Path) -> None:

@@ -80,19 +80,28 @@ def test_callback_handler_drives_watch_through_the_trainer_event_order() -> None
 
 def test_a_real_trainer_run(tmp_path: Path) -> None:
     pytest.importorskip("accelerate", reason="transformers.Trainer needs accelerate (not installed here)")
+    backwarded: list[float] = []  # oracle: what each training_step backwarded (scaled by the Trainer for accumulation)
+
+    class Trainer(transformers.Trainer):  # type: ignore[misc]
+        def training_step(self, *args: object, **kwargs: object) -> torch.Tensor:
+            loss: torch.Tensor = super().training_step(*args, **kwargs)
+            backwarded.append(float(loss))
+            return loss
+
     model = tiny_bert()
     w = watch(model)
     args = transformers.TrainingArguments(
         output_dir=str(tmp_path), per_device_train_batch_size=4, max_steps=3, gradient_accumulation_steps=2,
         report_to=[], save_strategy="no", logging_strategy="no", use_cpu=True, disable_tqdm=True,
     )  # fmt: skip
-    trainer = transformers.Trainer(
-        model=model, args=args, train_dataset=Tokens(), callbacks=[HookscopeTrainerCallback(w)]
-    )
-    trainer.train()
+    Trainer(model=model, args=args, train_dataset=Tokens(), callbacks=[HookscopeTrainerCallback(w)]).train()
     results = w.results()
     assert results.steps.tolist() == [0, 1, 2]
     assert torch.isfinite(results.update_ratios["classifier.weight"]).all()
+    assert results.losses is not None and len(backwarded) == 6  # each step's loss: what its micro-batches backwarded
+    torch.testing.assert_close(
+        results.losses, torch.tensor(backwarded, dtype=torch.float64).view(3, 2).sum(dim=1), rtol=1e-5, atol=1e-6
+    )
     assert no_hooks(model)
 
 

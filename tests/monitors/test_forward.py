@@ -31,7 +31,7 @@ def test_output_monitor_records_each_output() -> None:
     with OutputMonitor(HistoryReducer(), module=layer) as monitor:
         outputs = [layer(x) for x in inputs]
     assert torch.equal(monitor.dump(), torch.stack([o.detach() for o in outputs]))
-    assert monitor.counts == {"recorded": 3, "filtered": 0, "gated": 0, "incomplete": 0}
+    assert monitor.counts == {"recorded": 3, "filtered": 0, "gated": 0, "incomplete": 0, "error": 0}
 
 
 def test_output_monitor_pools_every_tensor_leaf_of_nested_outputs() -> None:

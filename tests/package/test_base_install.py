@@ -119,7 +119,7 @@ def test_run_saves_the_data_then_names_the_plot_extra(base_venv: Path, tmp_path:
         "pip install 'hookscope[plot]', then hookscope report out"
     )
     results = WatchResults.load(tmp_path / "out" / "results.safetensors")
-    assert results.steps.tolist() == [0, 1, 2, 3, 4]  # watched from the step after the first optimizer step
+    assert results.steps.tolist() == [0, 1, 2, 3, 4, 5]  # watched from its first training step
     document = json.loads((tmp_path / "out" / "report.json").read_text())
     assert document["meta"]["status"] == "completed" and document["findings"] is not None
     assert not (tmp_path / "out" / "report.html").exists()
@@ -135,7 +135,7 @@ def test_a_script_that_fails_keeps_its_exit_code_and_its_data(base_venv: Path, t
     done = hookscope(base_venv, "run", "--out", "out", "train.py", "4", cwd=tmp_path)
     assert done.returncode == 1  # the script's own failure outranks the missing page
     assert "RuntimeError: planted crash" in done.stderr and "pip install 'hookscope[plot]'" in done.stderr
-    assert WatchResults.load(tmp_path / "out" / "results.safetensors").num_steps == 3
+    assert WatchResults.load(tmp_path / "out" / "results.safetensors").num_steps == 4  # steps 0 to 3
 
 
 def test_demo_names_its_extra_in_one_line_before_training(base_venv: Path, tmp_path: Path) -> None:

@@ -124,8 +124,8 @@ def _watch() -> Kind:
 
     def use(w: Any) -> None:
         steps = w.results().num_steps
-        _train(model, optimizer, 2, w)  # the second closes the first (the open step is not in the results)
-        assert w.results().steps.tolist() == list(range(steps + 1))
+        _train(model, optimizer, 2, w)  # a step is in the results once its optimizer step is done
+        assert w.results().steps.tolist() == list(range(steps + 2))
 
     return Kind("Watch", watcher, _state.STATE, "state", lambda w, p: load_state(p, w), use, (model, optimizer))
 

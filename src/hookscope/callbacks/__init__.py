@@ -1,6 +1,7 @@
 """Training-loop callbacks: the event protocol, a driver for plain loops, HookCallback and ActivationStats.
 
-`Callback` (`_base.py`) names the events of a training run (fit start/end, batch start/end, after backward,
+`_steps.py` is the one rule of what a training step is and which forwards belong to it (every recorder follows
+it). `Callback` (`_base.py`) names the events of a training run (fit start/end, batch start/end, after backward,
 before/after the optimizer step) with a `state_dict`; `LoopDriver` emits them from a plain PyTorch loop through
 hooks on the root model and the optimizer (`callback.attach(model)`), and `hookscope.integrations` emits them
 from Lightning and Hugging Face trainers. `HookCallback` (fastai's) places hooks on modules for a fit or for some

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 import warnings
 from typing import Any
 
@@ -11,8 +12,10 @@ import torch.nn as nn
 
 from .._check import FINITE, checked
 from .._errors import HookscopeWarning
-from .._schema import FLOAT, INT, Int, ListOf, Record, Rule, Str, Tensor, check
-from ..hooks import Selector, tensor_leaves
+from ..hooks import HookErrors, HookHandle, Selector, tensor_leaves
+from ..hooks._calls import contained
+from ..hooks._guards import check_real_device
+from ..hooks._tree import is_plain
 from ..stats import (
     EXPONENT_NONE,
     RECORD,
@@ -29,33 +32,11 @@ from ..stats import (
     fixed_edges,
     rebin,
 )
+from ._activation_state import STATE, activation_state, load_activation_state
 from ._hook_callback import HookCallback, HookFunction
+from ._steps import ForwardFrames, Frame, uncounted
 
 __all__ = ["STATE", "ActivationStats", "RecordsDroppedWarning"]
-
-STATE = Record(
-    paths=ListOf(Str(), length="modules"),
-    dropped=Int(min=0),
-    records=Int(min=0),
-    tensors=Record(
-        optional={
-            "records": Tensor(FLOAT, shape=("records", "modules", len(RECORD))),  # the engine's moments records
-            "hists": Tensor(FLOAT, shape=("records", "modules", "bins+2")),  # counts, below and above a range
-            "exponents": Tensor(INT, shape=("records", "modules")),  # the range of each histogram
-        },
-        rules=[
-            Rule("hists", lambda t: ("hists" in t) == ("exponents" in t), "and exponents come together"),
-        ],
-    ),
-    rules=[
-        Rule(
-            "records",
-            lambda s: all(t.shape[0] == s["records"] for t in s["tensors"].values()),
-            "must be the number of rows of every tensor",
-        )
-    ],
-)
-"""The format of `ActivationStats.state_dict()`; `bins` is the callback's `hist_bins`."""
 
 FLUSH_RECORDS = 64
 """Records whose small outputs wait before they are described together."""
@@ -103,6 +84,7 @@ class ActivationStats(HookCallback):
         detach: As `HookCallback` (the statistics never keep the graph).
         cpu: Move outputs to the CPU before computing the statistics (slower; default `False`).
         exact: Describe every value of large outputs (slower) instead of a sample.
+        strict: Raise failures of its hooks instead of counting them; `None` reads `HOOKSCOPE_STRICT`.
 
     Raises:
         ValueError: an argument is out of range (the message says which).
@@ -132,6 +114,7 @@ class ActivationStats(HookCallback):
         detach: bool = True,
         cpu: bool = False,
         exact: bool = False,
+        strict: bool | None = None,
     ) -> None:
         super().__init__(modules, every, remove_end, True, detach, cpu)
         self.hist_range = check_range("hist_range", hist_range)
@@ -142,6 +125,11 @@ class ActivationStats(HookCallback):
             raise ValueError(f"near_zero must be a finite number, got {near_zero!r}")
         self.with_hist, self.near_zero, self.capacity, self.exact = bool(with_hist), float(near_zero), capacity, exact
         self.dropped = 0
+        self.dropped_reasons: dict[str, int] = {}
+        self.errors = HookErrors("ActivationStats", strict, self._count_dropped)
+        self._lock = threading.RLock()  # hooks from several threads record one at a time
+        self._frames: ForwardFrames | None = None
+        self._frame_handles: list[HookHandle] = []
         self._reset()
 
     def _reset(self) -> None:
@@ -153,6 +141,7 @@ class ActivationStats(HookCallback):
         self._cache: list[list[dict[str, Any]]] | None = None
         self._warned = False
         self._traced: list[tuple[int, torch.Tensor]] = []  # outputs handed over by hooks traced by torch.compile
+        self._filled: set[int] = set()  # records something was kept in
 
     def _new_table(self) -> RecordTable:
         return RecordTable(
@@ -164,12 +153,50 @@ class ActivationStats(HookCallback):
         )
 
     def on_fit_start(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> None:
-        """Start a new set of records (as fastai) and resolve the modules."""
+        """Start a new set of records (as fastai) and resolve the modules.
+
+        Raises:
+            ValueError: `model` is on the meta device.
+        """
+        check_real_device(model, "model")
         self._reset()
         self.dropped = 0
+        self.dropped_reasons = {}
         super().on_fit_start(model, optimizer)
         self._table = self._new_table()
+        self._frames = ForwardFrames(True, self._frame_ended, self._frame_began)
+        self._frame_handles = self._frames.register(model, owner=self, tags=("ActivationStats",), errors=self.errors)
 
+    def _hook_errors(self) -> HookErrors | None:
+        return self.errors
+
+    def _count_dropped(self, reason: str, count: int = 1) -> None:
+        self.dropped += count
+        self.dropped_reasons[reason] = self.dropped_reasons.get(reason, 0) + count
+
+    def _frame_began(self, frame: Frame) -> None:
+        """A root forward that is not part of a step began: traced (compiled) hooks record nothing during it."""
+        if frame.reason is not None:
+            frame.saved, self._recording = self._recording, False
+
+    def _frame_ended(self, frame: Frame, completed: bool) -> None:
+        """A root forward ended: keep what its hooks staged if it completed; one that raised is counted as
+        dropped, and the record it opened is taken back when nothing else went into it."""
+        with self._lock:
+            if frame.saved is not None:
+                self._recording = frame.saved
+            if completed:
+                for staged in frame.items:
+                    self._keep(staged)
+                return
+            if frame.items:
+                self._count_dropped("raised", len(frame.items))
+            row = self._row
+            if frame.reason is None and row == self._records - 1 and row >= 0 and row not in self._filled:
+                self._records -= 1
+                self._row, self._recording = -1, False
+
+    @contained
     def on_batch_start(self, batch: int) -> None:
         """Open a record for an observed batch (or count it as dropped past `capacity`)."""
         if self.every is not None and batch % self.every != 0:
@@ -184,6 +211,7 @@ class ActivationStats(HookCallback):
         self._cache = None
         super().on_batch_start(batch)
 
+    @contained
     def on_batch_end(self, batch: int) -> None:
         """Close the open record (its small outputs wait to be described with later ones)."""
         self._close()
@@ -192,11 +220,18 @@ class ActivationStats(HookCallback):
 
     def on_fit_end(self, error: BaseException | None = None) -> None:
         """Describe what is waiting and remove the hooks (as `HookCallback`)."""
-        self._settle()
-        super().on_fit_end(error)
+        try:
+            with self._lock:
+                self._settle()
+        except Exception as err:
+            self.errors.failed(err, "on_fit_end")
+        finally:
+            while self._frame_handles:
+                self._frame_handles.pop().remove()
+            super().on_fit_end(error)
 
     def _drop(self) -> None:
-        self.dropped += 1
+        self._count_dropped("capacity")
         if not self._warned:
             self._warned = True
             warnings.warn(
@@ -215,7 +250,7 @@ class ActivationStats(HookCallback):
         return {"mean": values["mean"], "std": values["std"], _NEAR: values["near_zero"]}
 
     def _make_hook(self, index: int) -> HookFunction:
-        record, ref = self._record, self._module_refs[index]
+        ref = self._module_refs[index]
 
         def hook_fn(module: nn.Module, inputs: Any, output: Any) -> None:
             if torch.compiler.is_compiling():  # traced: read one flag, append to one list, nothing else
@@ -223,26 +258,49 @@ class ActivationStats(HookCallback):
                 if self._recording and x is not None and x.numel():
                     self._traced.append((index, x.detach().to(torch.float32, copy=True)))
             elif module is ref():  # not a deepcopy of the model, which shares the hooks
-                record(index, output)
+                with self._lock:
+                    self._on_output(index, module, output)
 
         return hook_fn
 
-    def _record(self, index: int, output: Any) -> None:
+    def _on_output(self, index: int, module: nn.Module, output: Any) -> None:
+        """Apply the step rule: what a call inside a root forward records waits for that forward to complete."""
+        if self._row < 0:
+            return
+        frame = self._frames.current() if self._frames is not None else None
+        reason = uncounted(module) if frame is None else frame.reason
+        if reason is not None:
+            self._count_dropped(reason)
+            return
+        staged = self._record(index, output)
+        if staged is None:
+            return
+        if frame is not None:
+            frame.items.append(staged)
+        else:
+            self._keep(staged)
+
+    def _record(self, index: int, output: Any) -> tuple[Any, ...] | None:
+        """Read an output (a copy when small; its sums and a sample, or every value, when large: in cache,
+        before in-place ops change it) and return what to keep (`_keep`)."""
         row, table = self._row, self._table
-        if row < 0 or table is None:
-            return
         x = output if type(output) is torch.Tensor else _first_float(output)
-        if x is None or not x.is_floating_point() or x.numel() == 0:
-            return
+        if row < 0 or table is None or x is None or not x.is_floating_point() or x.numel() == 0 or not is_plain(x):
+            return None
         x = x.detach()
         if self.cpu:
             x = x.cpu()
-        self._observe(table, row, index, x)
+        self._allocate(table, row, x.device)
+        return table.stage(row, index, x)
 
-    def _observe(self, table: RecordTable, row: int, index: int, x: torch.Tensor, owned: bool = False) -> None:
-        if table.rows <= row or table.device != x.device:
-            table.allocate(min(self.capacity, max(64, 2 * (row + 1))), x.device)
-        table.add(row, index, x, owned=owned)
+    def _keep(self, staged: tuple[Any, ...]) -> None:
+        if self._table is not None:
+            self._table.commit(staged)
+            self._filled.add(staged[1])
+
+    def _allocate(self, table: RecordTable, row: int, device: torch.device) -> None:
+        if table.rows <= row or table.device != device:
+            table.allocate(min(self.capacity, max(64, 2 * (row + 1))), device)
 
     def _close(self) -> None:
         """The open record ends: take what traced hooks handed over; describe the waiting outputs if enough are."""
@@ -251,7 +309,10 @@ class ActivationStats(HookCallback):
         if table is None:
             return
         for index, tensor in traced if self._row >= 0 else ():
-            self._observe(table, self._row, index, tensor, owned=tensor.numel() < SMALL_BELOW)
+            self._allocate(table, self._row, tensor.device)
+            staged = table.stage(self._row, index, tensor, owned=tensor.numel() < SMALL_BELOW)
+            if staged is not None:
+                self._keep(staged)
         if self._row >= 0:
             self._unflushed += 1
         if self._unflushed >= FLUSH_RECORDS or table.pending_values >= FLUSH_VALUES:
@@ -373,38 +434,17 @@ class ActivationStats(HookCallback):
     # ---- state -----------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Return the records (on the CPU): per record and module its moments record, histogram and exponent."""
-        self._settle()
-        table, records = self._table, self._records
-        tensors: dict[str, torch.Tensor] = {}
-        if table is not None and table.records is not None:
-            tensors["records"] = table.records[:records].cpu().clone()
-            if table.hists is not None and table.exponents is not None:
-                tensors["hists"] = table.hists[:records].cpu().clone()
-                tensors["exponents"] = table.exponents[:records].cpu().clone()
-        return {"paths": list(self.paths), "dropped": self.dropped, "records": records, "tensors": tensors}
+        with self._lock:
+            return activation_state(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore records saved by `state_dict` (the modules are resolved again at fit start).
-
-        The state is checked in full first: a refused state leaves the records as they were.
+        """Restore records saved by `state_dict` (the modules are resolved again at fit start); all or nothing.
 
         Raises:
             ValueError: the state does not fit the format (the field is named), or was saved for other modules.
         """
-        check(STATE, state, bind={"bins": self.hist_bins})
-        if self.paths and list(state["paths"]) != self.paths:
-            raise ValueError(f"state must be for modules {self.paths}, got {state['paths']}")
-        self.paths, self.dropped = list(state["paths"]), state["dropped"]
-        self._records, self._cache = state["records"], None
-        table = self._table = self._new_table()
-        tensors = state["tensors"]
-        if "records" in tensors and self._records:
-            table.allocate(max(self._records, 1), torch.device("cpu"))
-            if table.records is not None:
-                table.records[: self._records] = tensors["records"]
-            if table.hists is not None and table.exponents is not None and "hists" in tensors:
-                table.hists[: self._records] = tensors["hists"]
-                table.exponents[: self._records] = tensors["exponents"]
+        with self._lock:
+            load_activation_state(self, state)
 
 
 def _first_float(output: Any) -> torch.Tensor | None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -12,6 +13,7 @@ from torch.autograd import Variable
 
 from .._check import NON_EMPTY, checked, hint_for
 from ..hooks import HookHandle, check_hookable, register_module_hook, register_optimizer_hook, tensor_leaves
+from ._steps import eager, uncounted
 
 __all__ = ["Callback", "LoopDriver"]
 
@@ -79,17 +81,20 @@ hint_for(Callback, "hookscope Callback objects: ActivationStats, HookCallback, W
 class LoopDriver:
     """Emit `Callback` events from a plain training loop, through hooks on the root model and the optimizer.
 
-    Each forward of `model` in training mode begins a training batch (`on_batch_start`); the batch ends when the
-    next one begins, when `model` runs a forward in eval mode, or at `detach`. `after_backward` fires when a
-    backward through the root output completes; `before/after_optimizer_step` fire around `optimizer.step()`
-    when an optimizer is given. `on_fit_start` runs now; `detach()` (or leaving the `with` block) runs
-    `on_fit_end`, also when the block raises, and removes the driver's hooks.
+    Each forward of `model` that belongs to a training step (see `hookscope.callbacks._steps`: in training mode,
+    with gradients, not a recomputation) begins a training batch (`on_batch_start`); the batch ends when the next
+    one begins, when `model` runs a forward in eval mode, or at `detach`. Forwards under `torch.no_grad()` or
+    `torch.inference_mode()` neither begin nor end a batch. `after_backward` fires when a backward through the
+    root output completes; `before/after_optimizer_step` fire around `optimizer.step()` when an optimizer is given
+    (the forwards and backwards of a closure run between them). `on_fit_start` runs now; `detach()` (or leaving the
+    `with` block) runs `on_fit_end`, also when the block raises, and removes the driver's hooks. The hooks hold
+    the driver, not the model; a pickled or deep-copied model carries inert hooks instead.
 
     Args:
         callbacks: The callbacks to drive, in event order.
         model: The root model.
         optimizer: The optimizer that trains it, if any.
-        train_only: Whether only training-mode forwards are batches (`False`: eval-mode forwards are too).
+        train_only: Whether only training forwards are batches (`False`: every forward is one).
 
     Raises:
         TypeError: `model` is not an `nn.Module`, or a callback is not a `Callback`.
@@ -116,6 +121,7 @@ class LoopDriver:
         self._handles: list[HookHandle] = []
         self._started: list[Callback] = []
         self._detached = False
+        self._lock = threading.RLock()  # forwards from several threads begin and end batches one at a time
         self._wants_backward = any(_overrides(c, "after_backward") for c in self.callbacks)
         try:
             self._register(model, optimizer)
@@ -128,38 +134,35 @@ class LoopDriver:
 
     def _register(self, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
         tags = ("LoopDriver",)
-        add, call = self._handles.append, self._calling
-        add(register_module_hook(model, "forward_pre", call("_forward_pre"), owner=self, tags=tags, prepend=True))
+        add = self._handles.append
+        add(register_module_hook(model, "forward_pre", eager(self._forward_pre), owner=self, tags=tags, prepend=True))
         if self._wants_backward:
-            add(register_module_hook(model, "forward", call("_forward"), owner=self, tags=tags))
+            add(register_module_hook(model, "forward", eager(self._forward), owner=self, tags=tags))
         if optimizer is not None:
-            add(register_optimizer_hook(optimizer, "step_pre", call("_step_pre"), owner=self, tags=tags))
-            add(register_optimizer_hook(optimizer, "step_post", call("_step_post"), owner=self, tags=tags))
+            self.add_optimizer(optimizer)
 
-    def _calling(self, name: str) -> Callable[..., None]:
-        """A plain function calling method `name`: `copy.deepcopy` of the model copies a function as it is,
-        where it would try to copy the driver behind a bound method (and fail on its locks). `torch.compile`
-        runs it as is, before or after the compiled graph: tracing the events' bookkeeping would break the graph
-        or recompile it at every batch."""
-        method = getattr(self, name)
-
-        def call(*args: Any) -> None:
-            method(*args)
-
-        return torch.compiler.disable(call)  # type: ignore[no-untyped-call,no-any-return]
+    def add_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Emit `before/after_optimizer_step` around the steps of `optimizer` from now on."""
+        tags = ("LoopDriver",)
+        self._handles.append(register_optimizer_hook(optimizer, "step_pre", self._step_pre, owner=self, tags=tags))
+        self._handles.append(register_optimizer_hook(optimizer, "step_post", self._step_post, owner=self, tags=tags))
 
     def _forward_pre(self, module: nn.Module, args: Any) -> None:
-        if module is not self._model():  # a deepcopy of the model (EMA, teacher) shares the hooks: not ours
+        if module is not self._model():
             return
-        self.end_batch()
-        if module.training or not self.train_only:
-            self.batch += 1
-            self.is_batch_open = True
-            for callback in self.callbacks:
-                callback.on_batch_start(self.batch)
+        reason = uncounted(module, self.train_only)
+        if reason is not None and reason != "eval":  # no_grad, inference_mode, recompute: not a batch at all
+            return
+        with self._lock:
+            self.end_batch()
+            if reason is None:
+                self.batch += 1
+                self.is_batch_open = True
+                for callback in self.callbacks:
+                    callback.on_batch_start(self.batch)
 
     def _forward(self, module: nn.Module, args: Any, output: Any) -> None:
-        if not self.is_batch_open or module is not self._model():
+        if not self.is_batch_open or module is not self._model() or uncounted(module, self.train_only):
             return
         if type(output) is torch.Tensor:  # one output: a tensor hook fires once per backward through it (cheaper)
             if output.requires_grad:

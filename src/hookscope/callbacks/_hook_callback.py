@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 
 from .._check import checked
-from ..hooks import HookHandle, Selector, map_tensors, named_modules, register_module_hook
+from ..hooks import HookErrors, HookHandle, Selector, map_tensors, named_modules, register_module_hook
 from ..hooks._select import choose_modules
 from ._base import Callback
 
@@ -125,10 +125,17 @@ class HookCallback(Callback):
                 module = ref()
                 if module is not None:
                     hook = self._make_hook(index)
-                    self._handles.append(register_module_hook(module, kind, hook, owner=self, path=path, tags=_TAGS))
+                    handle = register_module_hook(
+                        module, kind, hook, owner=self, path=path, tags=_TAGS, errors=self._hook_errors()
+                    )
+                    self._handles.append(handle)
         except BaseException:
             self.remove()
             raise
+
+    def _hook_errors(self) -> HookErrors | None:
+        """Where failures of the hooks go: `None` here (the hook is the user's: re-raised, naming the module)."""
+        return None
 
     def remove(self) -> None:
         """Remove the hooks; calling it again does nothing."""

@@ -30,7 +30,9 @@ def write_run_reports(out: Path, session: RunSession, meta: dict[str, Any]) -> P
     notes = list(session.notes)
     if not session.watched:
         if not notes:
-            notes.append("no model was trained with a torch.optim optimizer, so nothing was watched")
+            notes.append(
+                "no model was trained (no backward reached a model run in training mode), so nothing was watched"
+            )
         folders = [("", save_report_data(out, WatchResults(), meta={**meta, "notes": " | ".join(notes)}))]
     else:
         folders = []

@@ -5,10 +5,13 @@ idempotent `remove()`; `scope()` removes exactly what was registered inside it. 
 language for "which modules" and normalizes paths across DDP/compile/FSDP wrappers. `_module.py`, `_tensor.py`
 and `_optim.py` register module, tensor/parameter and optimizer hooks; `_grad.py` observes gradients of module
 outputs with tensor hooks (robust to in-place ops and nested outputs); `_fastai.py` builds `Hook`, `Hooks`,
-`hook_output(s)` on top; `_listing.py` lists and removes hooks. Everything above this package (monitors,
-weights, summaries, callbacks) registers hooks only through these functions.
+`hook_output(s)` on top; `_listing.py` lists and removes hooks. `_calls.py` wraps every hook registered: copies
+and pickles of a model get inert hooks, and failures of hookscope's own hooks are contained (`HookErrors`,
+strict). Everything above this package (monitors, weights, summaries, callbacks) registers hooks only through
+these functions.
 """
 
+from ._calls import STRICT_ENV, HookErrors, InertHook, default_strict, user_stacklevel
 from ._fastai import Hook, Hooks, gather_tensor, hook_output, hook_outputs
 from ._grad import register_output_grad_hook
 from ._guards import check_hookable, is_compiled, warn_if_compiled
@@ -24,14 +27,18 @@ __all__ = [
     "KINDS",
     "MODULE_KINDS",
     "REGISTRY",
+    "STRICT_ENV",
     "Hook",
+    "HookErrors",
     "HookHandle",
     "HookInfo",
     "HookRegistry",
     "Hooks",
+    "InertHook",
     "Scope",
     "Selector",
     "check_hookable",
+    "default_strict",
     "gather_tensor",
     "has_own_params",
     "hook_output",
@@ -54,5 +61,6 @@ __all__ = [
     "select_modules",
     "tensor_leaves",
     "unwrap",
+    "user_stacklevel",
     "warn_if_compiled",
 ]

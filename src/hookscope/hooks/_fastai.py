@@ -187,8 +187,9 @@ class Hooks:
 
 
 def _hook_inner(module: nn.Module, input: Any, output: Any) -> Any:
-    # fastai turns other iterables (generators) into lists; None, dicts, strings and objects are kept as they are.
-    if isinstance(output, (torch.Tensor, list, tuple, dict, str)) or not isinstance(output, Iterable):
+    # fastai turns other iterables into lists; None, dicts, strings and objects are kept as they are. An iterator
+    # (a generator) is kept as it is: listing it would consume it, and the model's caller would get it empty.
+    if isinstance(output, (torch.Tensor, list, tuple, dict, str, Iterator)) or not isinstance(output, Iterable):
         return output
     return list(output)
 

@@ -18,6 +18,7 @@ import torch.nn as nn
 
 from .._check import check_callable, checked
 from .._errors import HookscopeWarning
+from ._calls import CalledHook, HookErrors, hook_name
 from ._module import register_module_hook
 from ._registry import HookHandle
 from ._tree import tensor_leaves
@@ -64,36 +65,33 @@ def register_output_grad_hook(
     path: str | None = None,
     tags: Iterable[str] = (),
     prepend: bool = False,
+    errors: HookErrors | None = None,
 ) -> HookHandle:
     """Call `hook(module, grad_output, call_index) -> None` with d loss / d output of each call of `module`.
 
     `grad_output` holds one entry per output tensor that requires grad, in the order of
     `hookscope.hooks.tensor_leaves(output)` (`None` where that output received no gradient). Outputs that do not
-    require grad (no-grad or eval passes, integer outputs) produce no call.
+    require grad (no-grad or eval passes, integer outputs) produce no call. Failures of `hook` (during backward)
+    are handled as in `register_module_hook`, with `errors`.
     """
     check_callable("hook", hook, 3, "hook(module, grad_output, call_index) -> None")
     pending = _PendingCalls()
-    forward_hook = _OutputGradForwardHook(hook, pending)
-    handle = register_module_hook(module, "forward", forward_hook, owner=owner, path=path, tags=tags, prepend=prepend)
+    where = f"output-gradient hook {hook_name(hook)} on {path or type(module).__name__}"
+    forward_hook = _OutputGradForwardHook(CalledHook(hook, errors, where), pending)
+    handle = register_module_hook(
+        module, "forward", forward_hook, owner=owner, path=path, tags=tags, prepend=prepend, errors=errors
+    )
     handle.kind = "output_grad"
     handle._removers = [*(handle._removers or []), _deactivate(pending)]
     return handle
 
 
-def _inert_hook(*args: Any) -> None:
-    """What a pickled or deep-copied model gets in place of a hookscope hook: it records nothing."""
-    return None
-
-
 class _OutputGradForwardHook:
-    """The forward hook that arms one multi-grad hook per call; pickles (torch.save, deepcopy) as inert."""
+    """The forward hook that arms one multi-grad hook per call (registered wrapped: inert in copies)."""
 
     def __init__(self, hook: OutputGradHook, pending: _PendingCalls) -> None:
         self.hook = hook
         self.pending = pending
-
-    def __reduce__(self) -> tuple[Callable[[], Callable[..., None]], tuple[()]]:
-        return (_make_inert, ())
 
     def __call__(self, module: nn.Module, args: Any, output: Any) -> None:
         tensors = [t for _, t in tensor_leaves(output)]
@@ -125,10 +123,6 @@ class _OutputGradForwardHook:
             UnsupportedOutputWarning,
             stacklevel=3,
         )
-
-
-def _make_inert() -> Callable[..., None]:
-    return _inert_hook
 
 
 def _deactivate(pending: _PendingCalls) -> Callable[[], None]:

@@ -10,7 +10,7 @@ import torch.nn as nn
 from .._check import POSITIVE, checked, shown
 from .._errors import CompiledModelWarning
 
-__all__ = ["check_hookable", "is_compiled", "warn_if_compiled"]
+__all__ = ["check_hookable", "check_real_device", "is_compiled", "warn_if_compiled"]
 
 
 @checked()
@@ -33,6 +33,21 @@ def check_hookable(module: object, argument: str = "module") -> None:
         )
     if not isinstance(module, nn.Module):
         raise TypeError(f"{argument} must be a torch.nn.Module, got {shown(module)}")
+
+
+def check_real_device(module: nn.Module, argument: str = "module") -> None:
+    """Refuse a module whose parameters or buffers are on the `meta` device (shapes only, no values to observe).
+
+    Raises:
+        ValueError: a parameter or buffer of `module` is a meta tensor.
+    """
+    for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
+        if tensor.is_meta:
+            raise ValueError(
+                f"{argument} must hold real tensors, got {name!r} on the meta device (a model built under "
+                "torch.device('meta') has shapes but no values): materialize it first, e.g. "
+                "model.to_empty(device='cpu') and initialize or load its weights, then attach hookscope"
+            )
 
 
 @checked(stacklevel=POSITIVE)

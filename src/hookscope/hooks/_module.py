@@ -9,6 +9,7 @@ import torch.nn as nn
 import torch.nn.modules.module as module_globals
 
 from .._check import check_callable, checked, one_of
+from ._calls import CalledHook, HookErrors, hook_name
 from ._guards import check_hookable, warn_if_compiled
 from ._registry import REGISTRY, HookHandle
 
@@ -35,6 +36,7 @@ def register_module_hook(
     prepend: bool = False,
     with_kwargs: bool = False,
     always_call: bool = False,
+    errors: HookErrors | None = None,
 ) -> HookHandle:
     """Register `hook` on `module` and record it in the registry.
 
@@ -44,6 +46,10 @@ def register_module_hook(
     hooks; the deprecated `register_backward_hook` is never used). With `with_kwargs=True` forward hooks also
     receive the keyword arguments.
 
+    The hook is wrapped (`hookscope.hooks._calls.CalledHook`): a pickled or deep-copied model gets an inert hook
+    in its place. A failure of `hook` is re-raised with a note naming it and the module; given `errors` (hookscope's
+    own observing hooks), it is handed to `errors` instead, which counts it and goes on unless strict.
+
     Raises:
         ValueError: `kind` is not one of `MODULE_KINDS`.
         TypeError: `module` is not an `nn.Module`, or is a TorchScript module.
@@ -52,6 +58,7 @@ def register_module_hook(
     arguments = _ARGUMENTS[kind] + (1 if with_kwargs and kind.startswith("forward") else 0)
     check_callable("hook", hook, arguments, f"for {kind!r} hooks{' with kwargs' if with_kwargs else ''}")
     warn_if_compiled(module)
+    hook = CalledHook(hook, errors, f"{kind} hook {hook_name(hook)} on {path or type(module).__name__}")
     if kind == "forward_pre":
         handle = module.register_forward_pre_hook(hook, prepend=prepend, with_kwargs=with_kwargs)
     elif kind == "forward":
@@ -67,16 +74,27 @@ def register_module_hook(
 
 @checked(kind=one_of(_GLOBAL_KINDS))
 def register_global_module_hook(
-    kind: str, hook: Callable[..., Any], *, owner: object | None = None, tags: Iterable[str] = ()
+    kind: str,
+    hook: Callable[..., Any],
+    *,
+    owner: object | None = None,
+    tags: Iterable[str] = (),
+    always_call: bool = False,
+    errors: HookErrors | None = None,
 ) -> HookHandle:
     """Register `hook` for every module in the process (torch's global module hooks).
 
-    Call contracts as in `register_module_hook`; `kind` is `"forward_pre"`, `"forward"` or `"backward"`.
+    Call contracts as in `register_module_hook`; `kind` is `"forward_pre"`, `"forward"` or `"backward"`;
+    `always_call` (forward hooks) calls it also when the forward raises.
 
     Raises:
         ValueError: `kind` is not a global kind.
     """
     register = _GLOBAL_KINDS[kind]
     check_callable("hook", hook, _ARGUMENTS[kind], f"for {kind!r} hooks")
-    handle = register(hook)
+    wrapped = CalledHook(hook, errors, f"global {kind} hook {hook_name(hook)}")
+    if always_call and kind == "forward":
+        handle = module_globals.register_module_forward_hook(wrapped, always_call=True)
+    else:
+        handle = register(wrapped)
     return REGISTRY.add(f"global_{kind}", [handle.remove], owner=owner, tags=tags, torch_handles=[handle])

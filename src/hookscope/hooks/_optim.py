@@ -9,6 +9,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from .._check import check_callable, checked, one_of
+from ._calls import CalledHook, HookErrors, hook_name
 from ._registry import REGISTRY, HookHandle
 
 __all__ = ["register_global_optimizer_hook", "register_optimizer_hook"]
@@ -25,14 +26,18 @@ def register_optimizer_hook(
     *,
     owner: object | None = None,
     tags: Iterable[str] = (),
+    errors: HookErrors | None = None,
 ) -> HookHandle:
     """Register `hook(optimizer, args, kwargs) -> None` before (`"step_pre"`) or after (`"step_post"`) each step.
+
+    Failures as in `hookscope.hooks.register_module_hook`.
 
     Raises:
         TypeError: `optimizer` is not a `torch.optim.Optimizer`.
         ValueError: `kind` is neither `"step_pre"` nor `"step_post"`.
     """
     check_callable("hook", hook, 3, "hook(optimizer, args, kwargs) -> None")
+    hook = CalledHook(hook, errors, f"optimizer {kind} hook {hook_name(hook)} on {type(optimizer).__name__}")
     if kind == "step_pre":
         handle = optimizer.register_step_pre_hook(hook)
     elif kind == "step_post":
@@ -44,7 +49,12 @@ def register_optimizer_hook(
 
 @checked(kind=one_of(_STEP_KINDS))
 def register_global_optimizer_hook(
-    kind: str, hook: OptimizerHook, *, owner: object | None = None, tags: Iterable[str] = ()
+    kind: str,
+    hook: OptimizerHook,
+    *,
+    owner: object | None = None,
+    tags: Iterable[str] = (),
+    errors: HookErrors | None = None,
 ) -> HookHandle:
     """Register `hook(optimizer, args, kwargs) -> None` around the step of every optimizer in the process.
 
@@ -52,6 +62,7 @@ def register_global_optimizer_hook(
         ValueError: `kind` is neither `"step_pre"` nor `"step_post"`.
     """
     check_callable("hook", hook, 3, "hook(optimizer, args, kwargs) -> None")
+    hook = CalledHook(hook, errors, f"global optimizer {kind} hook {hook_name(hook)}")
     if kind == "step_pre":
         handle = register_optimizer_step_pre_hook(hook)
     elif kind == "step_post":

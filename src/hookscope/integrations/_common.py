@@ -1,4 +1,10 @@
-"""What both trainer integrations share: the callbacks they drive, a batch counter, exception-safe ends."""
+"""What both trainer integrations share: the callbacks they drive, a batch counter, exception-safe ends, and the
+loss of each step.
+
+The loss of a step is the sum of the losses its backwards used: trainers divide each micro-batch's loss by the
+number of micro-batches of gradient accumulation before `backward`, so the sum over a step's micro-batches is the
+mean loss of its samples, what the trainer itself reports. It is handed to `log_loss` once per optimizer step.
+"""
 
 from __future__ import annotations
 
@@ -31,6 +37,8 @@ class EventRelay:
         self.optimizer: torch.optim.Optimizer | None = None
         self._handles: list[HookHandle] = []
         self._started: list[Callback] = []
+        self._loss: torch.Tensor | None = None  # the losses of the step's batches so far (on the device)
+        self._stepped = False  # the optimizer stepped during this batch
 
     def fit_start(self, model: nn.Module, optimizer: torch.optim.Optimizer | None, watch_steps: bool) -> None:
         """Start every callback; with `watch_steps`, relay `after_optimizer_step` from an optimizer hook."""
@@ -56,12 +64,24 @@ class EventRelay:
         for callback in self.callbacks:
             callback.on_batch_start(self.batch)
 
+    def add_loss(self, loss: torch.Tensor) -> None:
+        """Add `loss` (a loss a backward of this batch used) to the step's loss."""
+        value = loss.detach().float().sum()
+        self._loss = value if self._loss is None else self._loss + value.to(self._loss.device)
+
     def batch_end(self, loss: Any = None) -> None:
-        """End the current training batch; hand `loss` to callbacks that log losses (`watch()`)."""
+        """End the current training batch, whose backward used `loss` (divided by the trainer for gradient
+        accumulation); once the optimizer stepped, hand the step's summed loss to callbacks that log losses."""
+        if isinstance(loss, torch.Tensor):
+            self.add_loss(loss)
+        if self._loss is not None and (self._stepped or self.optimizer is None):
+            for callback in self.callbacks:
+                log_loss = getattr(callback, "log_loss", None)
+                if callable(log_loss):
+                    log_loss(self._loss)
+            self._loss = None
+        self._stepped = False
         for callback in self.callbacks:
-            log_loss = getattr(callback, "log_loss", None)
-            if loss is not None and callable(log_loss):
-                log_loss(loss)
             callback.on_batch_end(self.batch)
 
     def after_backward(self) -> None:
@@ -76,6 +96,7 @@ class EventRelay:
 
     def after_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Relay `after_optimizer_step`."""
+        self._stepped = True
         for callback in self.callbacks:
             callback.after_optimizer_step(optimizer)
 

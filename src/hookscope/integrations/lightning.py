@@ -1,8 +1,9 @@
 """Run hookscope callbacks inside Lightning's `Trainer.fit`: `HookscopeLightningCallback(*callbacks)`.
 
 Events: `on_fit_start` -> `on_fit_start(pl_module, trainer.optimizers[0])`; each training batch ->
-`on_batch_start`/`on_batch_end` (batches counted over the whole fit, not per epoch; the batch's loss goes to
-`watch().log_loss`); `on_after_backward` -> `after_backward`; `on_before_optimizer_step` ->
+`on_batch_start`/`on_batch_end` (batches counted over the whole fit, not per epoch; the step's loss, the sum of
+its batches' losses as Lightning backwards them (divided by `accumulate_grad_batches`), that is their mean, goes
+to `watch().log_loss`); `on_after_backward` -> `after_backward`; `on_before_optimizer_step` ->
 `before_optimizer_step` (before gradient clipping, after AMP unscaling); the optimizer's own step hook ->
 `after_optimizer_step`; `on_fit_end` or `on_exception` -> `on_fit_end`. Validation batches are not training
 batches, so they are not recorded.

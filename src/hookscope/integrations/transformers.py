@@ -6,6 +6,12 @@ merge into it); `on_pre_optimizer_step` -> `after_backward` then `before_optimiz
 clipping); `on_optimizer_step` -> `after_optimizer_step`; `on_train_end` -> `on_fit_end`. Evaluation is not a
 training step, so it is not recorded. The Trainer has no exception event: when `train()` raises, call
 `callback.close()` (or use `with callback:`) to remove the hooks.
+
+The Trainer hands no loss to its callbacks: the loss is read from the model's output (`outputs.loss`, there when
+the inputs hold labels), as the Trainer backwards it: a gradient hook on it gets d(backwarded loss) / d(loss),
+the factor the Trainer divided it by for gradient accumulation, so each micro-batch adds `loss * factor` and the
+step's loss is their sum, the mean loss the Trainer reports. A model that returns no loss (a `compute_loss_func`)
+gets a warning, and no losses.
 """
 
 from __future__ import annotations
@@ -19,7 +25,13 @@ except ImportError as err:  # pragma: no cover - depends on the environment
         "hookscope.integrations.transformers needs transformers: pip install 'hookscope[transformers]'"
     ) from err
 
+import warnings
+
+import torch
+
+from .._errors import HookscopeWarning
 from ..callbacks import Callback
+from ..hooks import HookErrors, HookHandle, register_module_hook
 from ._common import EventRelay
 
 __all__ = ["HookscopeTrainerCallback"]
@@ -41,6 +53,9 @@ class HookscopeTrainerCallback(TrainerCallback):
 
     def __init__(self, *callbacks: Callback) -> None:
         self.relay = EventRelay(callbacks, "HookscopeTrainerCallback")
+        self.errors = HookErrors("HookscopeTrainerCallback", counter="callback.errors.failures")
+        self._handle: HookHandle | None = None
+        self._losses = 0  # losses read from the model's outputs
 
     @property
     def callbacks(self) -> tuple[Callback, ...]:
@@ -50,7 +65,23 @@ class HookscopeTrainerCallback(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Start the callbacks on the Trainer's model and optimizer."""
         if not self.relay.is_running:
-            self.relay.fit_start(kwargs["model"], kwargs.get("optimizer"), watch_steps=False)
+            model = kwargs["model"]
+            self.relay.fit_start(model, kwargs.get("optimizer"), watch_steps=False)
+            self._handle = register_module_hook(
+                model, "forward", self._read_loss, owner=self, tags=("trainer",), errors=self.errors
+            )
+
+    def _read_loss(self, module: Any, args: Any, output: Any) -> None:
+        loss = output.get("loss") if isinstance(output, dict) else getattr(output, "loss", None)
+        if isinstance(loss, torch.Tensor) and loss.requires_grad and self.relay.is_running:
+            value = loss.detach()
+            relay = self.relay
+
+            def backwarded(grad: torch.Tensor) -> None:  # grad: d(the loss the Trainer backwards) / d(loss)
+                relay.add_loss(value * grad)
+
+            loss.register_hook(self.errors.guard(backwarded, "loss hook"))  # type: ignore[no-untyped-call]
+            self._losses += 1
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Begin a training step (all its gradient-accumulation micro-batches)."""
@@ -72,8 +103,17 @@ class HookscopeTrainerCallback(TrainerCallback):
             self.relay.after_optimizer_step(optimizer)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        """End the training step."""
+        """End the training step (its loss goes to `watch().log_loss`)."""
         if self.relay.is_running:
+            if not self._losses and self._handle is not None:
+                self._handle.remove()
+                self._handle = None
+                warnings.warn(
+                    "HookscopeTrainerCallback: the model's outputs hold no loss (a compute_loss_func, or inputs "
+                    "without labels), so no loss is recorded; log it with watch.log_loss(loss) in your loss function",
+                    HookscopeWarning,
+                    stacklevel=2,
+                )
             self.relay.batch_end()
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -82,6 +122,9 @@ class HookscopeTrainerCallback(TrainerCallback):
 
     def close(self, error: BaseException | None = None) -> None:
         """End the callbacks now (also after `train()` raised); calling it again does nothing."""
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
         if self.relay.is_running:
             self.relay.fit_end(error)
 

@@ -1,9 +1,11 @@
 """The monitor base: where (one module), when (train/eval gating), what (filter_, map_) and a reducer.
 
 A monitor holds its module through a weak reference and places its hooks through `hookscope.hooks`, so the
-registry lists them and `deregister()` (or leaving a `with` block) removes exactly those. Hooks are
-`_MonitorHook` objects: a deep copy or a pickle of the model (EMA teachers, `torch.save(model)`) gets inert
-hooks instead of a second writer into this monitor's reducer.
+registry lists them and `deregister()` (or leaving a `with` block) removes exactly those. A deep copy or a pickle
+of the model (EMA teachers, `torch.save(model)`) gets inert hooks instead of a second writer into this monitor's
+reducer (`hookscope.hooks` wraps every hook). A failure of the monitor's own code (its reducer, its defaults) is
+counted in `counts["error"]` and warned about once, or raised with `strict=True`; a failure of the user's
+`filter_` or `map_` is raised (`UserHookError`, naming the monitor and the module path).
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from typing import Any, TypeVar
 import torch.nn as nn
 
 from .._check import checked
+from .._errors import UserHookError
 from .._schema import Const, Int, Part, Record, SchemaError, check, found
 from ..checkpoint import from_file
-from ..hooks import HookHandle, check_hookable, register_module_hook, tensor_leaves
+from ..hooks import HookErrors, HookHandle, InertHook, check_hookable, register_module_hook, tensor_leaves
 from ..reducers import Reducer
 from ..reducers._state import load_state, save_state
 from ._parts import Construct
@@ -28,32 +31,13 @@ from ._parts import Construct
 __all__ = ["COUNTERS", "TAG", "Monitor", "MonitorConstructor"]
 
 TAG = "hookscope.monitor"
-COUNTERS = ("recorded", "filtered", "gated", "incomplete")
+COUNTERS = ("recorded", "filtered", "gated", "incomplete", "error")
 _TRANSIENT = ("_lock", "_module", "_handles", "_pending", "_parameter")  # per process and per attachment
 MonitorT = TypeVar("MonitorT", bound="Monitor")
 MonitorConstructor = Callable[[str, nn.Module], "Monitor"]
 
 
-class _InertHook:
-    """What a monitor hook becomes in a deep copy or an unpickled model: a hook that does nothing."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-class _MonitorHook:
-    """A hook that forwards to a monitor; copies and pickles of it are `_InertHook`s."""
-
-    __slots__ = ("callback",)
-
-    def __init__(self, callback: Callable[..., None]) -> None:
-        self.callback = callback
-
-    def __call__(self, *args: Any) -> None:
-        self.callback(*args)
-
-    def __reduce__(self) -> tuple[type[_InertHook], tuple[()]]:
-        return (_InertHook, ())
+_InertHook = InertHook  # the name pickles of hookscope <= 0.x refer to
 
 
 class Monitor:
@@ -67,10 +51,13 @@ class Monitor:
         prepend: Run before the hooks already on the module.
         filter_: `filter_(observation) -> bool`; `False` skips the observation (counted in `counts["filtered"]`).
         map_: `map_(observation) -> tensor or tuple of tensors`, pushed into the reducer.
+        strict: Raise failures of the monitor's own code (the reducer) instead of counting them; `None` reads
+            `HOOKSCOPE_STRICT`.
 
     Every hook call that reaches the module either records, or is counted in `counts` as filtered, gated
-    (train/eval) or incomplete (the forward raised). A failure inside `filter_`, `map_` or the reducer is
-    re-raised as a `RuntimeError` naming the monitor and the module path.
+    (train/eval), incomplete (the forward raised) or error. A failure inside `filter_` or `map_` is re-raised
+    as a `UserHookError` (a `RuntimeError`) naming the monitor and the module path; one inside the reducer is
+    counted in `counts["error"]` and warned about once, or raised the same way when strict.
 
     Raises:
         TypeError: `reducer` is not a `Reducer`, or a flag is not a bool.
@@ -104,6 +91,8 @@ class Monitor:
         prepend: bool = False,
         filter_: Callable[..., bool] | None = None,
         map_: Callable[..., Any] | None = None,
+        *,
+        strict: bool | None = None,
     ) -> None:
         self.reducer = reducer
         self.train_update, self.eval_update, self.prepend = train_update, eval_update, prepend
@@ -114,6 +103,7 @@ class Monitor:
         self._path: str | None = None
         self._counts = dict.fromkeys(COUNTERS, 0)
         self._lock = threading.Lock()
+        self.errors = HookErrors(type(self).__name__, strict, self._bump, counter="counts['error']")
         if module is not None:
             self.register(module)
 
@@ -298,8 +288,8 @@ class Monitor:
 
     def _hook(self, module: nn.Module, kind: str, callback: Callable[..., None], **options: Any) -> HookHandle:
         return register_module_hook(
-            module, kind, _MonitorHook(callback), owner=self, path=self._path, tags=(TAG,), prepend=self.prepend,
-            **options,
+            module, kind, callback, owner=self, path=self._path, tags=(TAG,), prepend=self.prepend,
+            errors=self.errors, **options,
         )  # fmt: skip
 
     def _admits(self, module: nn.Module) -> bool:
@@ -316,19 +306,36 @@ class Monitor:
             self._counts[counter] += 1
 
     def _record(self, *observation: Any) -> None:
-        """Filter, map and push one observation, counting what happened."""
+        """Filter, map and push one observation, counting what happened.
+
+        Raises:
+            UserHookError: the user's `filter_` or `map_` failed.
+            RuntimeError: the reducer failed and the monitor is strict.
+        """
+        stage = "filter_"
         try:
             accepted = self._default_filter(*observation) if self.filter_ is None else self.filter_(*observation)
             if not accepted:
                 self._bump("filtered")
                 return
+            stage = "map_"
             mapped = self._default_map(*observation) if self.map_ is None else self.map_(*observation)
+            stage = "reducer"
             tensors = tuple(mapped) if isinstance(mapped, (tuple, list)) else (mapped,)
             with self._lock:
                 self.reducer.push(*tensors)
                 self._counts["recorded"] += 1
         except Exception as err:
-            raise RuntimeError(f"{self!r} failed to record an observation: {err}") from err
+            where = f"{stage} of {type(self).__name__} at {self._path or self._module_name()!r}"
+            if stage != "reducer" and getattr(self, stage) is not None:  # the user's filter_ or map_
+                raise UserHookError(f"{self!r} failed to record an observation: {err} (in the {where})") from err
+            failure = RuntimeError(f"{self!r} failed to record an observation: {err} (in the {where})")
+            failure.__cause__ = err
+            self.errors.failed(failure, where)
+
+    def _module_name(self) -> str:
+        module = self.module
+        return "" if module is None else type(module).__name__
 
     def __repr__(self) -> str:
         module = self.module

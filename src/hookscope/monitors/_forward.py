@@ -90,6 +90,7 @@ class StateMonitor(Monitor):
         prepend: Run before the hooks already on the module.
         filter_: `filter_(value) -> bool`.
         map_: `map_(value) -> tensor or tuple of tensors`.
+        strict: As `Monitor`.
 
     Raises:
         ValueError: `module` has no attribute `attr` (the closest names are listed).
@@ -107,10 +108,12 @@ class StateMonitor(Monitor):
         prepend: bool = False,
         filter_: Callable[..., bool] | None = None,
         map_: Callable[..., Any] | None = None,
+        *,
+        strict: bool | None = None,
     ) -> None:
         self.attr = attr
         self.as_prehook = as_prehook
-        super().__init__(reducer, module, train_update, eval_update, prepend, filter_, map_)
+        super().__init__(reducer, module, train_update, eval_update, prepend, filter_, map_, strict=strict)
 
     def _check_target(self, module: nn.Module) -> None:
         check_attribute(module, self.attr)
@@ -177,6 +180,7 @@ class DifferenceMonitor(Monitor):
         filter_: `filter_(post, pre) -> bool`.
         map_: `map_(post, pre) -> tensor or tuple of tensors`.
         op_: `op_(post, pre) -> difference`, used by the default `map_`.
+        strict: As `Monitor`.
 
     Raises:
         ValueError: `module` has no attribute `attr`.
@@ -203,11 +207,13 @@ class DifferenceMonitor(Monitor):
         filter_: Callable[[Any, Any], bool] | None = None,
         map_: Callable[[Any, Any], Any] | None = None,
         op_: Callable[[Any, Any], Any] | None = None,
+        *,
+        strict: bool | None = None,
     ) -> None:
         self.attr = attr
         self.op_ = op_ if op_ is not None else _subtract
         self._pending = threading.local()
-        super().__init__(reducer, module, train_update, eval_update, prepend, filter_, map_)
+        super().__init__(reducer, module, train_update, eval_update, prepend, filter_, map_, strict=strict)
 
     def _check_target(self, module: nn.Module) -> None:
         check_attribute(module, self.attr)

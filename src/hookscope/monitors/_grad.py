@@ -12,7 +12,7 @@ import torch.nn as nn
 from .._check import checked
 from ..hooks import HookHandle, register_output_grad_hook, register_post_accumulate_grad_hook
 from ..reducers import Reducer
-from ._base import TAG, Monitor, MonitorConstructor, _MonitorHook
+from ._base import TAG, Monitor, MonitorConstructor
 from ._parts import Construct, check_attribute, resolve
 
 __all__ = ["OutputGradMonitor", "ParameterGradMonitor"]
@@ -40,7 +40,11 @@ class OutputGradMonitor(Monitor):
     """
 
     def _attach(self, module: nn.Module) -> list[HookHandle]:
-        return [register_output_grad_hook(module, self._on_grad, owner=self, path=self._path, tags=(TAG,))]
+        return [
+            register_output_grad_hook(
+                module, self._on_grad, owner=self, path=self._path, tags=(TAG,), errors=self.errors
+            )
+        ]
 
     def _on_grad(self, module: nn.Module, grads: tuple[torch.Tensor | None, ...], call_index: int) -> None:
         if self._admits(module):
@@ -71,6 +75,7 @@ class ParameterGradMonitor(Monitor):
         prepend: Accepted for a uniform signature; no effect.
         filter_: `filter_(grad) -> bool`.
         map_: `map_(grad) -> tensor or tuple of tensors`.
+        strict: As `Monitor`.
 
     Raises:
         ValueError: `module` has no attribute `attr`, or it is not a tensor that requires grad.
@@ -96,10 +101,12 @@ class ParameterGradMonitor(Monitor):
         prepend: bool = False,
         filter_: Callable[..., bool] | None = None,
         map_: Callable[..., Any] | None = None,
+        *,
+        strict: bool | None = None,
     ) -> None:
         self.attr = attr
         self._parameter: weakref.ref[torch.Tensor] | None = None
-        super().__init__(reducer, module, train_update, eval_update, prepend, filter_, map_)
+        super().__init__(reducer, module, train_update, eval_update, prepend, filter_, map_, strict=strict)
 
     def _detached_copy(self) -> None:
         self._parameter = None
@@ -116,8 +123,12 @@ class ParameterGradMonitor(Monitor):
     def _attach(self, module: nn.Module) -> list[HookHandle]:
         parameter = resolve(module, self.attr)
         self._parameter = weakref.ref(parameter)
-        hook = _MonitorHook(self._on_accumulated)
-        return [register_post_accumulate_grad_hook(parameter, hook, owner=self, path=self._path, tags=(TAG,))]
+        hook = self._on_accumulated
+        return [
+            register_post_accumulate_grad_hook(
+                parameter, hook, owner=self, path=self._path, tags=(TAG,), errors=self.errors
+            )
+        ]
 
     def _on_accumulated(self, parameter: torch.Tensor) -> None:
         module = self.module

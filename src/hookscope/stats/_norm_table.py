@@ -54,6 +54,13 @@ class NormTable(PendingTable):
         if self.norms is not None:
             self.norms.index_fill_(0, rows, 0.0)
 
+    def discard(self, row: int) -> None:
+        """Empty the cells of row id `row`, what waits for them and what was written (its observations are replaced
+        by later ones)."""
+        self._forget(row)
+        if self.norms is not None:
+            self.norms[row % self.rows].zero_()
+
     def flush(self) -> None:
         """Write every observation waiting into its cell: a fixed number of torch calls."""
         if not self.is_pending or self.norms is None:

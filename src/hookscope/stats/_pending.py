@@ -19,7 +19,7 @@ import torch
 from ._describe import Sample
 from ._sample import Sampler
 
-__all__ = ["SMALL_BELOW", "Members", "Part", "PendingTable", "to_device"]
+__all__ = ["SMALL_BELOW", "Members", "Part", "PendingTable", "small_copy", "to_device"]
 
 SMALL_BELOW = 1 << 15
 """Tensors with fewer values are copied and described in batches; larger ones are read when they are added."""
@@ -71,9 +71,7 @@ class PendingTable:
         return sampler is not None and x.is_floating_point() and x.dtype != torch.float64 and x.numel() >= 11
 
     def _keep_small(self, row: int, key: int, x: torch.Tensor, owned: bool) -> None:
-        if not owned or x.dtype != torch.float32:
-            x = (x.detach() if x.requires_grad else x).to(torch.float32, copy=True)  # in-place ops may follow
-        self._small.append((row, ((key, tuple(x.shape)),), x))
+        self._small.append((row, ((key, tuple(x.shape)),), small_copy(x, owned)))
         self.pending_values += x.numel()
 
     def _keep_flat(self, row: int, keys: list[int], shapes: list[tuple[int, ...]], flat: torch.Tensor) -> None:
@@ -116,6 +114,13 @@ class PendingTable:
         device = self.device or torch.device("cpu")
         return to_device(torch.tensor(unique), device), to_device(torch.tensor(positions), device)
 
+    def _forget(self, row: int) -> None:
+        """Forget what waits for row id `row`."""
+        self._small = [item for item in self._small if item[0] != row]
+        self._sampled = [item for item in self._sampled if item[0] != row]
+        self._large = [item for item in self._large if item[0] != row]
+        self.pending_values = sum(values.numel() for _, _, values in self._small)
+
     def _clear(self) -> None:
         """Forget what waited (once it is written)."""
         self._small, self._sampled, self._large, self.pending_values = [], [], [], 0
@@ -129,6 +134,14 @@ class PendingTable:
 
     def _move(self, device: torch.device) -> None:
         raise NotImplementedError
+
+
+def small_copy(x: torch.Tensor, owned: bool = False) -> torch.Tensor:
+    """What a table keeps of a small tensor: a float32 copy (in-place ops may follow the hook), or `x` itself when
+    it is a float32 tensor nobody else holds (`owned`)."""
+    if owned and x.dtype == torch.float32:
+        return x
+    return (x.detach() if x.requires_grad else x).to(torch.float32, copy=True)
 
 
 def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:

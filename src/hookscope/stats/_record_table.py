@@ -20,7 +20,7 @@ import torch
 from ._batched import Segments, describe_segments
 from ._describe import describe, estimate, take_sample
 from ._histogram import EXPONENT_NONE, counts, exponent_of, rebin, segment_counts
-from ._pending import Part, PendingTable, to_device
+from ._pending import Part, PendingTable, small_copy, to_device
 from ._record import RECORD, Column, combine_segments, empty
 from ._sample import Sampler
 from ._spec import Spec
@@ -68,18 +68,41 @@ class RecordTable(PendingTable):
     # ---- observing -------------------------------------------------------------------------------------------
     def add(self, row: int, key: int, x: torch.Tensor, *, owned: bool = False) -> None:
         """Observe `x` (a real tensor) in cell (row id, key); `owned`: `x` is a float32 copy nobody else holds."""
-        if x.numel() == 0:
-            return
-        if self._is_small(x):
-            self._keep_small(row, key, x, owned)
-        elif self.sampler is not None and self._is_sampled(x):
-            sample = take_sample(x, self.sampler)
-            self._sampled.append((row, key, sample, self._unit_plan(key, tuple(x.shape), x.device)))
-        else:
-            self._large.append((row, key, self._describe_exactly(key, x.detach())))
+        staged = self.stage(row, key, x, owned=owned)
+        if staged is not None:
+            self.commit(staged)
 
-    def _describe_exactly(self, key: int, x: torch.Tensor) -> torch.Tensor:
-        """The finished item (record, histogram, exponent) of `x`, every value described; unit activity added."""
+    def stage(self, row: int, key: int, x: torch.Tensor, *, owned: bool = False) -> tuple[Any, ...] | None:
+        """Read `x` as `add` does (a copy, or its sums and a sample, or every value), but keep nothing yet: return
+        what `commit` keeps, so that the observations of a forward are kept only once it has completed."""
+        if x.numel() == 0:
+            return None
+        if self._is_small(x):
+            return ("small", row, ((key, tuple(x.shape)),), small_copy(x, owned))
+        if self.sampler is not None and self._is_sampled(x):
+            sample = take_sample(x, self.sampler)
+            return ("sampled", row, key, sample, self._unit_plan(key, tuple(x.shape), x.device))
+        return ("large", row, key, *self._describe_exactly(key, x.detach()))
+
+    def commit(self, staged: tuple[Any, ...], row: int | None = None) -> None:
+        """Keep what `stage` read, in row id `row` (default: the one it was read for)."""
+        kind, read_for, *rest = staged
+        row = read_for if row is None else row
+        if kind == "small":
+            members, values = rest
+            self._small.append((row, members, values))
+            self.pending_values += values.numel()
+        elif kind == "sampled":
+            self._sampled.append((row, *rest))
+        else:
+            key, item, units = rest
+            self._large.append((row, key, item))
+            if units is not None:
+                self.units.add(*units)
+
+    def _describe_exactly(self, key: int, x: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        """The finished item (record, histogram, exponent) of `x`, every value described, and its unit counts
+        (`(positions, active, seen)` for `UnitCounts.add`, or `None`)."""
         described = describe(x, self._specs[key])
         item = [described.record]
         if self.bins is not None:
@@ -90,11 +113,12 @@ class RecordTable(PendingTable):
                 exponent = exponent_of(_largest(described.record[None]))
                 item += [counts(described.values, described.finite, self.bins, exponent[0]), exponent]
         plan = self._unit_plan(key, tuple(x.shape), x.device)
+        units = None
         if plan is not None:
-            start, _, units, dim = plan
-            positions = torch.arange(start, start + units, device=x.device)
-            self.units.add(positions, unit_counts(described, tuple(x.shape), dim), x.numel() / units)
-        return torch.cat([t.reshape(-1).double() for t in item])
+            start, _, count, dim = plan
+            positions = torch.arange(start, start + count, device=x.device)
+            units = (positions, unit_counts(described, tuple(x.shape), dim), x.numel() / count)
+        return torch.cat([t.reshape(-1).double() for t in item]), units
 
     def _unit_plan(self, key: int, shape: tuple[int, ...], device: torch.device) -> UnitPlan | None:
         """`(start, inner, units, dim)` of `key`'s unit counts for an output of `shape` (`inner`: the values

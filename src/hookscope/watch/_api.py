@@ -36,6 +36,7 @@ def watch(
     doctor_every: int = 100,
     scaler: torch.amp.GradScaler | None = None,
     exact: bool = False,
+    strict: bool | None = None,
 ) -> Watch:
     """Monitor `model` while it trains: use as `with watch(model, opt) as w: <train>`, then `w.results()`.
 
@@ -55,9 +56,14 @@ def watch(
     without graph breaks, and the statistics are the same as in eager mode (compiled backwards cannot report the
     order they ran in: `first_nonfinite` assumes the reverse of the forward order).
 
-    A step is one training-mode forward of `model` (the root), or one optimizer step when `optimizer` is given
-    (forwards of gradient accumulation then merge into one step). Modules selected but never run in a step are
-    listed in `results().unobserved` with advice, and warned about once.
+    A step is one optimizer step when `optimizer` is given (the forwards of gradient accumulation, and those of a
+    closure such as LBFGS's, merge into it), else one training forward of `model` (the root) with its backward.
+    Forwards under `no_grad`/`inference_mode`, in eval mode, that raised, or recomputed by checkpointing are not
+    merged into a step (they are counted in `dropped`); see "What a step is" in the README. Modules selected but
+    never run in a step are listed in `results().unobserved` with advice, and warned about once. A failure inside
+    the watch's own hooks never reaches the training: it is counted in `dropped["error"]` and warned about once
+    (`HookFailureWarning`), or raised with `strict=True`. A model holding the watch can be pickled, saved with
+    `torch.save` and deep-copied: the copy carries inert hooks.
 
     Args:
         model: The model to watch.
@@ -83,16 +89,19 @@ def watch(
             skips (non-finite gradients) is a step of its own, listed in `results().skipped_steps`, with no
             parameter gradients or update ratios. Without it, such a step's forward merges into the next step.
             Parameter-gradient norms are unscaled either way (`scaler.step` unscales before the optimizer).
-        exact: Describe every value of outputs of more than 131072 values. By default they are described from a
-            sample of at most 32768 values (their count, mean, min and max stay exact; std, the near-zero and
-            saturated fractions, histograms and unit activity are estimates, and `activations[path]["sampled"]`
-            says which steps were sampled), which keeps monitoring cheap on large models.
+        exact: Describe every value of outputs of 32768 values or more. By default they are described from their
+            exact sums and min/max and a sample of about 8192 values (their count, mean, min and max stay exact,
+            std too while |mean| <= 4 std; the near-zero and saturated fractions, histograms and unit activity
+            are estimates, and `activations[path]["sampled"]` says which steps were sampled), which keeps
+            monitoring cheap on large models.
+        strict: Raise failures of the watch's own hooks instead of counting them; `None` reads the
+            `HOOKSCOPE_STRICT` environment variable (off unless set to 1).
 
     Returns:
         The `Watch` (not attached yet: `with` or `attach()` attaches it).
 
     Raises:
-        ValueError: an option is out of range.
+        ValueError: an option is out of range, or the model is on the meta device (at attach).
         TypeError: `model` is not an `nn.Module` (or is a TorchScript module), a sink lacks `write`/`close`.
 
     Example:
@@ -113,4 +122,5 @@ def watch(
         buffer_steps=buffer_steps, hist_bins=hist_bins, hist_range=hist_range, near_zero=near_zero,
         check_nonfinite=check_nonfinite, sinks=sinks, doctor=doctor, doctor_every=doctor_every, scaler=scaler,
         exact=exact,
+        strict=strict,
     )  # fmt: skip

@@ -34,12 +34,19 @@ class ParamRecorder(StepWriter):
         self._copies: list[torch.Tensor] | None = None  # the large weights before an optimizer step
         self._flat_before: torch.Tensor | None = None  # the small ones, concatenated
         self._snapshot_row = -1
+        self._grads_row = -1  # the row whose parameter gradients were taken
 
     def record_param_grads(self) -> None:
-        """Describe the norm and non-finite count of every watched parameter's `.grad` for the open step."""
+        """Describe the norm and non-finite count of every watched parameter's `.grad` for the open step; a second
+        call in the same step replaces what the first took (a closure step: the gradients its first backward
+        made, not the earlier ones the optimizer's step began with)."""
         row = self.open_row
         if row < 0 or not self.params or "param_grads" not in self.options.groups:
             return
+        table = self.buffers.param_grads
+        if self._grads_row == row:
+            table.discard(row)
+        self._grads_row = row
         present = [
             (i, _local(p.grad) if self._sharded else p.grad)
             for i, p in enumerate(self.params)
@@ -47,7 +54,6 @@ class ParamRecorder(StepWriter):
         ]
         if not present:
             return
-        table = self.buffers.param_grads
         slot = self._ready(row, present[0][1].device)
         small = [(i, g) for i, g in present if g.numel() < SMALL_BELOW and not g.is_complex()]
         with torch.no_grad():

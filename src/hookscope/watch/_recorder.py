@@ -1,12 +1,16 @@
 """The hooks of one attached watch and what they leave for the end of the step.
 
-The forward hook of each selected module takes one of three paths, decided once per step by `Watch`: record
-(the step is recorded), check (an unrecorded training step: only whether the output and its gradient are
-finite) or skip (counted in `dropped`). Recording does little in the hook: the output is added to the step's row
-in the engine's tables (`_buffers.py`), which describe a large output at once (while it is in cache and before an
-in-place op can change it) and copy a small one; gradient hooks do the same. `settle()` at the end of the step
-closes it; the small tensors of several closed steps are described together when the rows are written
-(`_step.py`).
+The forward hook of each selected module first asks the step rule (`hookscope.callbacks._steps`) whether its call
+belongs to a training step: calls inside a root forward that is not training (no_grad, inference_mode, eval) or
+that is a recomputation (checkpoint) are counted in `dropped`, and what a root forward records is staged in its
+`Frame` and kept only when that forward completes. Then one of three paths, decided once per step by `Watch`:
+record (the step is recorded), check (an unrecorded training step: only whether the output and its gradient are
+finite) or skip (counted in `dropped`). Hooks run one at a time (the watch's lock: forwards from several
+threads), and a failure inside them is handed to the watch's `HookErrors` (counted, warned once, or raised when
+strict). Recording does little in the hook: the output is read by the engine's activation table (`_buffers.py`),
+which describes a large output at once (while it is in cache and before an in-place op can change it) and copies
+a small one; gradient hooks do the same. `settle()` at the end of the step closes it; the small tensors of
+several closed steps are described together when the rows are written (`_step.py`).
 
 Under `torch.compile` the traced hooks read one flag and append to one list (no other Python state, so no graph
 break and no recompilation per step); output gradients accumulate into a device tensor. `settle()` takes it
@@ -16,6 +20,8 @@ host.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -23,9 +29,14 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from ..hooks import HookHandle, register_module_hook, tensor_leaves
+from ..callbacks._steps import ForwardFrames, Frame, uncounted
+from ..hooks import HookErrors, HookHandle, register_module_hook
+from ..hooks._calls import CalledHook
+from ..hooks._tree import is_plain
 from ..stats import unit_dims
 from ._buffers import StepBuffers
+from ._checks import NonFiniteChecks
+from ._entry import GradHook, Staged, hook_grads, no_label, plain_grad, staged
 from ._inspect import first_float, saturation_bounds
 from ._options import WatchOptions
 from ._params import ParamRecorder
@@ -33,10 +44,9 @@ from ._params import ParamRecorder
 __all__ = ["Recorder"]
 
 ModuleHook = Callable[[nn.Module, Any, Any], None]
-GradHook = Callable[[Any], None]
 
 
-class Recorder(ParamRecorder):
+class Recorder(NonFiniteChecks, ParamRecorder):
     """Hooks on the selected modules and the device-side state they fill."""
 
     def __init__(
@@ -54,9 +64,10 @@ class Recorder(ParamRecorder):
         self.kinds = [type(m).__name__ for _, m in modules]
         self.param_names = [name for name, _ in params]
         self.param_shapes = [tuple(p.shape) for _, p in params]  # what a loaded state must have been saved for
-        self.row = -1  # the id of the row the hooks write into now; -1 when this moment is not recorded
+        self.row = -1  # traced hooks: the row id of the training batch running now; -1 when it is not recorded
         self.checking = False  # the open step is an unrecorded training step whose non-finite values are checked
-        self.active = False  # inside a training batch
+        self.step_open = False  # a step is open (recorded, checked or skipped by sampling)
+        self.active = False  # inside a training batch (the flags traced hooks read follow it)
         self.recording = False  # row >= 0: the flag traced hooks read (a bool, so compiled code is reused)
         self.checking_now = False  # checking and active
         self.observed = [False] * count
@@ -77,6 +88,11 @@ class Recorder(ParamRecorder):
         self._capture = self._stats or self._hist or self._units
         self._traced_grad_hooks = [self._traced_grad_hook(j) for j in range(count)]
         self._traced_check_hooks = [self._traced_check_hook(j) for j in range(count)]
+        self.lock: threading.RLock = threading.RLock()  # the watch's: hooks and events run one at a time
+        self.errors: HookErrors | None = None  # the watch's: where failures of these hooks go
+        self.frames: ForwardFrames | None = None  # the root forwards running, per thread
+        self.label: Callable[[str], None] = no_label  # label the open step (`"retain_graph"`)
+        self.grad_where = [f"output-gradient hook on {path!r}" for path in self.paths]
 
     def matches(self, modules: list[tuple[str, nn.Module]], params: list[tuple[str, nn.Parameter]]) -> bool:
         """Whether `modules` and `params` have the paths and names this recorder was built for."""
@@ -112,7 +128,10 @@ class Recorder(ParamRecorder):
                 if self.stage is None:
                     self.stage = torch.zeros(len(self.paths), 4, device=_device_of(module))
                 hook = self._forward_hook(index)
-                self._handles.append(register_module_hook(module, "forward", hook, owner=self, path=path, tags=_TAGS))
+                handle = register_module_hook(
+                    module, "forward", hook, owner=self, path=path, tags=_TAGS, errors=self.errors
+                )
+                self._handles.append(handle)
 
     def remove(self) -> None:
         """Remove the hooks and let go of the parameters and buffers; calling it again does nothing."""
@@ -126,7 +145,7 @@ class Recorder(ParamRecorder):
         self.dropped[reason] = self.dropped.get(reason, 0) + count
 
     def enter_batch(self, row: int) -> None:
-        """A training batch of the open step begins: record into `row` (-1: check or skip)."""
+        """A training batch of the open step begins: traced hooks record into `row` (-1: check or skip)."""
         self.active, self.row = True, row
         self.recording, self.checking_now = row >= 0, row < 0 and self.checking
 
@@ -141,16 +160,48 @@ class Recorder(ParamRecorder):
         def hook(module: nn.Module, args: Any, output: Any) -> None:
             if torch.compiler.is_compiling():
                 self._traced_forward(index, output)
-            elif module is not ref():  # a deepcopy of the model shares the hooks; it is not watched
-                return
-            elif self.row >= 0:
-                self._record(index, module, output)
-            elif self.checking and self.active:
-                self._check(index, output)
-            else:
-                self.drop("sampling" if self.active else "eval" if not module.training else "outside_step")
+            elif module is ref():  # not a deepcopy of the model sharing the hooks: it is not watched
+                with self.lock, _normal_tensors():
+                    self._on_output(index, module, output)
 
         return hook
+
+    def _on_output(self, index: int, module: nn.Module, output: Any) -> None:
+        """Apply the step rule to one call of module `index`, then record, check or skip it."""
+        frame = self.frames.current() if self.frames is not None else None
+        reason = uncounted(module, self.options.train_only) if frame is None else frame.reason
+        row = self.open_row
+        if reason == "recompute":  # counted once: only its output gradients, which the first pass may lack
+            self.drop("recompute")
+            if row >= 0 and self._grads and torch.is_grad_enabled():
+                hook_grads(output, self._grad_hook(index, row), self._repeated)
+            return
+        if reason is not None:
+            self.drop(reason)
+        elif row >= 0:
+            self._record(index, output, row, staged(frame, row))
+        elif self.checking:
+            self._check(index, output, staged(frame, -1))
+        else:
+            self.drop("sampling" if self.step_open else "outside_step")
+
+    def commit(self, frame: Frame, completed: bool) -> None:
+        """A root forward ended: keep what its hooks staged if it completed, else count it in `dropped`."""
+        if not frame.items:
+            return
+        staged: Staged = frame.items[0]
+        if not completed:
+            self.drop("raised", staged.calls)
+            return
+        if staged.acts:
+            # The step it began in, or the open one when that step's row was taken meanwhile (threads).
+            row = staged.row if self.buffers.is_live(staged.row) else self.open_row
+            if row < 0:
+                self.drop("outside_step", staged.calls)
+                return
+            for item in staged.acts:
+                self.buffers.acts.commit(item, row)
+        self.checks.extend(staged.checks)
 
     def _rank(self, direction: int, index: int) -> None:
         ranked = self._ranked[direction]
@@ -158,15 +209,31 @@ class Recorder(ParamRecorder):
             ranked[index] = True
             (self.backward_order if direction else self.forward_order).append(index)
 
-    def _record(self, index: int, module: nn.Module, output: Any) -> None:
+    def _record(self, index: int, output: Any, row: int, staged: Staged | None) -> None:
         self.observed[index] = True
         self._rank(0, index)
-        row = self.row
+        if staged is not None:
+            staged.calls += 1
         x = first_float(output) if self._capture else None
+        if x is not None and not is_plain(x):
+            self.drop("unsupported_layout")
+            x = None
         if x is not None and x.numel():
-            self.observe_activation(row, index, x.detach())
+            slot = self._ready(row, x.device)
+            if staged is None:
+                self.buffers.acts.add(slot, index, x.detach())
+            else:
+                item = self.buffers.acts.stage(slot, index, x.detach())
+                if item is not None:
+                    staged.acts.append(item)
         if self._grads and torch.is_grad_enabled():
-            _hook_grads(output, self._grad_hook(index, row))
+            hook_grads(output, self._grad_hook(index, row), self._repeated)
+
+    def _repeated(self) -> None:
+        """A backward went through an output a second time (`retain_graph=True`): keep the first, label the step."""
+        with self.lock:
+            self.drop("retain_graph")
+            self.label("retain_graph")
 
     def _traced_forward(self, index: int, output: Any) -> None:
         # Traced by torch.compile: read one flag, append to one list, register gradient hooks; nothing else.
@@ -177,22 +244,29 @@ class Recorder(ParamRecorder):
             if self._capture:
                 self.traced.append((0, index, x.detach().to(torch.float32, copy=True)))
             if self._grads and torch.is_grad_enabled():
-                _hook_grads(output, self._traced_grad_hooks[index])
+                hook_grads(output, self._traced_grad_hooks[index])
         elif self.checking_now:
             self.traced.append((-1, index, torch.stack(torch.aminmax(x.detach()))))
             if torch.is_grad_enabled():
-                _hook_grads(output, self._traced_check_hooks[index])
+                hook_grads(output, self._traced_check_hooks[index])
 
     # ---- gradients -----------------------------------------------------------------------------------------
     def _grad_hook(self, index: int, row: int) -> GradHook:
         def hook(grad: torch.Tensor | None) -> None:
-            if grad is None:
-                return
-            if self.buffers.is_live(row):
-                self._rank(1, index)
-            self.observe_grad(row, index, grad.detach() if grad.requires_grad else grad)
+            if grad is not None:
+                with self.lock:
+                    self._on_grad(index, row, grad)
 
-        return hook
+        return CalledHook(hook, self.errors, self.grad_where[index])
+
+    def _on_grad(self, index: int, row: int, raw: torch.Tensor) -> None:
+        grad = plain_grad(raw)
+        if grad is None:
+            self.drop("unsupported_layout")
+            return
+        if self.buffers.is_live(row):
+            self._rank(1, index)
+        self.observe_grad(row, index, grad.detach() if grad.requires_grad else grad)
 
     def _traced_grad_hook(self, index: int) -> GradHook:
         def hook(grad: torch.Tensor) -> None:
@@ -202,66 +276,7 @@ class Recorder(ParamRecorder):
 
         return hook
 
-    def _traced_check_hook(self, index: int) -> GradHook:
-        def hook(grad: torch.Tensor) -> None:
-            if self.stage is not None:
-                hit = ~torch.isfinite(torch.stack(torch.aminmax(grad))).all()
-                self.stage[index, 3].add_(hit.to(self.stage.dtype))
-
-        return hook
-
-    # ---- unrecorded steps: non-finite checks ---------------------------------------------------------------
-    def _check(self, index: int, output: Any) -> None:
-        self.drop("sampling")
-        self.observed[index] = True
-        self._rank(0, index)
-        x = first_float(output)
-        if x is None or not x.numel():
-            return
-        self.checks.append((0, index, torch.aminmax(x.detach())))
-        if torch.is_grad_enabled():
-            _hook_grads(output, self._check_hook(index))
-
-    def _check_hook(self, index: int) -> GradHook:
-        def hook(grad: torch.Tensor) -> None:
-            self._rank(1, index)
-            self.checks.append((1, index, torch.aminmax(grad)))
-
-        return hook
-
-    # ---- parameters and optimizer steps --------------------------------------------------------------------
     # ---- the end of a step ---------------------------------------------------------------------------------
-    def fold_flags(self, step: int) -> None:
-        """Fold the checked step's non-finite findings into the first non-finite steps, on the device."""
-        found: list[tuple[int, int, tuple[torch.Tensor, ...]]] = [(d, j, tuple(pair)) for d, j, pair in self.checks]
-        self.checks = []
-        traced = [(0, j, tuple(t.unbind())) for kind, j, t in self._take_traced() if kind == -1]
-        for _, j, _ in traced:
-            self.observed[j] = True
-            self._rank(0, j)
-        if traced:
-            self._assume_backward_order()
-        found += traced
-        stage = self.stage if traced else None
-        if not found:
-            return
-        device = found[0][2][0].device
-        hits = torch.zeros(2 * len(self.paths), device=device)
-        bad = ~torch.isfinite(torch.stack([v for _, _, pair in found for v in pair]).view(-1, 2)).all(1)
-        hits.index_add_(0, self.positions([d * len(self.paths) + j for d, j, _ in found], device), bad.float())
-        if stage is not None:
-            hits[len(self.paths) :].add_(stage[:, 3].to(device))
-            stage[:, 3].zero_()
-        self._ensure_flags(device)
-        if self.first is not None:
-            newly = (hits.view(2, -1) > 0) & (self.first < 0)
-            self.first.copy_(torch.where(newly, step, self.first))
-
-    def _ensure_flags(self, device: torch.device) -> None:
-        if self.flags is None or self.first is None:
-            self.flags = torch.ones(2, len(self.paths), dtype=torch.bool, device=device)
-            self.first = torch.full((2, len(self.paths)), -1, dtype=torch.int64, device=device)
-
     def settle(self) -> None:
         """Close the recorded step: what traced hooks handed over joins its row; the rows wait (`_step.py`)."""
         row = self.open_row
@@ -305,40 +320,18 @@ class Recorder(ParamRecorder):
         return [ref() for ref in self.module_refs]
 
 
+def _normal_tensors() -> contextlib.AbstractContextManager[None]:
+    """Under `torch.inference_mode()` (eval forwards recorded), leave it while recording: what the tables allocate
+    and copy must be normal tensors, updated in place later."""
+    return torch.inference_mode(False) if torch.is_inference_mode_enabled() else contextlib.nullcontext()
+
+
 def _squares(grad: torch.Tensor) -> torch.Tensor:
     """(sum of squares of the finite values, non-finite count, count) of `grad`, float32 (traced backwards)."""
     values = torch.view_as_real(grad) if grad.is_complex() else grad
     finite = torch.isfinite(values)
     clean = torch.where(finite, values, 0.0).float()
     return torch.stack(((clean * clean).sum(), (~finite).sum().float(), torch.full_like(clean.sum(), values.numel())))
-
-
-def _hook_grads(output: Any, hook: GradHook) -> None:
-    # Ephemeral per-call hooks on the output tensors: they die with the graph, so they bypass the registry (as
-    # hookscope.hooks.register_output_grad_hook does) and work when an in-place op follows the module.
-    if type(output) is torch.Tensor:
-        _hook_grad(output, hook)
-        return
-    for _, tensor in tensor_leaves(output):
-        _hook_grad(tensor, hook)
-
-
-def _hook_grad(tensor: torch.Tensor, hook: GradHook) -> None:
-    """Call `hook(grad)` with the gradient of `tensor`: a pre-hook on the node that made it (half the cost of
-    `Tensor.register_hook`, same gradient: the one w.r.t. this version of the tensor), a tensor hook for leaves
-    and under `torch.compile`."""
-    if not tensor.requires_grad:
-        return
-    if torch.compiler.is_compiling() or tensor.grad_fn is None:
-        tensor.register_hook(hook)  # type: ignore[no-untyped-call]
-        return
-    node = tensor.grad_fn
-    slot = tensor.output_nr
-
-    def prehook(grads: tuple[torch.Tensor | None, ...]) -> None:
-        hook(grads[slot])
-
-    node.register_prehook(prehook)
 
 
 def _device_of(module: nn.Module) -> torch.device:

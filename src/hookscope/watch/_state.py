@@ -18,6 +18,7 @@ from .._schema import (
     INT,
     Bool,
     Const,
+    Either,
     Int,
     ListOf,
     MapOf,
@@ -41,7 +42,7 @@ __all__ = ["STATE", "apply_pending_state", "check_pending_state", "load_watch_st
 
 _VERSION = 2  # 2: histogram ranges as exponents, unit activity as the engine's table keeps it
 _COUNTERS = ("_batches", "_optimizer_steps", "_step", "_recorded", "_warned_unobserved")
-_OPTIONAL = {"_skipped": list}  # added after version 1 was written: absent from older states
+_OPTIONAL = {"_skipped": list, "_labelled": list}  # added after version 1 was written: absent from older states
 _RECORDER = ("dropped", "observed", "forward_order", "backward_order")
 
 _ROWS = ("float64",)  # the kept steps' dtype (`Chunk`)
@@ -79,7 +80,10 @@ STATE = Record(
     capacity_dropped=Int(min=0),
     table=Optional(_TABLE),
     recorder=Optional(_RECORDER_STATE),
-    optional={"skipped": ListOf(Int(min=0))},
+    optional={
+        "skipped": ListOf(Int(min=0)),
+        "labelled": ListOf(ListOf(Either(Str(), Int(min=0)), length=2)),  # [label, step] pairs
+    },
     rules=[Rule("recorder", lambda s: s["table"] is None or s["recorder"] is not None, "is missing (table is there)")],
 )
 """The format of `Watch.state_dict()`; `bins` is the watch's `hist_bins`."""

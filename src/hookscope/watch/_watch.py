@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import warnings
+import threading
 import weakref
 from collections.abc import Iterable
 from typing import Any
@@ -11,12 +11,14 @@ import torch
 import torch.nn as nn
 
 from .._check import checked
-from .._errors import UnobservedModuleWarning
 from ..callbacks import Callback, LoopDriver
+from ..callbacks._steps import ForwardFrames
 from ..distributed import grad_reduction
-from ..hooks import Selector, check_hookable, normalize_path
+from ..hooks import HookErrors, HookHandle, Selector, check_hookable, normalize_path
+from ..hooks._calls import contained
+from ..hooks._guards import check_real_device
 from ..hooks._select import choose_modules
-from ._assemble import build_results, first_from_flags, first_nonfinite, merge_first
+from ._assemble import build_results, first_from_flags, merge_first
 from ._extras import collect_extras, watch_meta
 from ._options import GROUPS, WatchOptions
 from ._recorder import Recorder
@@ -24,6 +26,7 @@ from ._results import WatchResults
 from ._scaler import GradScalerSteps, check_scaler
 from ._sinks import Sink
 from ._state import apply_pending_state, check_pending_state, load_watch_state, watch_state
+from ._stepping import WatchSteps
 from ._store import SeriesStore
 
 __all__ = ["ACTIVATION_TYPES", "Watch", "default_selector"]
@@ -47,7 +50,7 @@ def default_selector(path: str, module: nn.Module) -> bool:
     return next(iter(module.parameters(recurse=False)), None) is not None
 
 
-class Watch(Callback):
+class Watch(WatchSteps, Callback):
     """Monitor a model while it trains; see `watch()` for the arguments. A `Callback`, and a context manager."""
 
     @checked()
@@ -71,7 +74,9 @@ class Watch(Callback):
         doctor_every: int = 100,
         scaler: torch.amp.GradScaler | None = None,
         exact: bool = False,
+        strict: bool | None = None,
     ) -> None:
+        self.errors = HookErrors("watch()", strict, self._count_error)
         self.options = WatchOptions.build(
             every=every, train_only=train_only, groups=groups, capacity=capacity, buffer_steps=buffer_steps,
             hist_bins=hist_bins, hist_range=hist_range, near_zero=near_zero, check_nonfinite=check_nonfinite,
@@ -103,6 +108,12 @@ class Watch(Callback):
         self._doctor_at = 0
         self._meta: dict[str, Any] = {}
         self._pending_state: dict[str, Any] | None = None  # a loaded state waiting for the modules
+        self._lock = threading.RLock()  # hooks and events from several threads run one at a time
+        self._frame_handles: list[HookHandle] = []
+        self._in_step = False  # between the watched optimizer's step pre- and post-hook (a closure runs there)
+        self._closure_grads = False  # parameter gradients were taken from a backward inside the step
+        self._step_backwards = 0  # backwards in the open step
+        self._labelled: list[list[Any]] = []  # [label, step]: steps labelled rather than merged (JSON-able)
 
     # ---- attaching -------------------------------------------------------------------------------------------
     def attach(self, model: nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None) -> LoopDriver:
@@ -120,6 +131,27 @@ class Watch(Callback):
         optimizer = optimizer if optimizer is not None else _alive(self._optimizer_ref)
         self._driver = LoopDriver([self], model, optimizer, train_only=self.options.train_only)
         return self._driver
+
+    def attach_optimizer(self, optimizer: torch.optim.Optimizer, *, after_step: bool = False) -> None:
+        """Count steps by `optimizer`'s steps from now on, and record update ratios (attached, plain-loop driver).
+
+        The open step goes on as the step of `optimizer`'s next step, or, with `after_step` (called when
+        `optimizer` has just stepped), ends with the step that just ran. `hookscope run` uses it for a model
+        whose optimizer is known only when it first steps.
+
+        Raises:
+            TypeError: `optimizer` is not an optimizer.
+            RuntimeError: the watch is not attached by `attach()`, or already has an optimizer.
+        """
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        if self._driver is None or self._optimizer_ref is not None:
+            raise RuntimeError("attach_optimizer needs a watch attached by attach() without an optimizer")
+        with self._lock:
+            self._optimizer_ref = weakref.ref(optimizer)
+            self._optimizer_steps = max(self._step, 0) + (1 if after_step and self._step >= 0 else 0)
+            self._meta["optimizer"] = type(optimizer).__name__
+            self._driver.add_optimizer(optimizer)
 
     def detach(self) -> None:
         """Stop watching: close the open step, flush, remove every hook; calling it again does nothing."""
@@ -149,6 +181,7 @@ class Watch(Callback):
         if self._attached:
             raise RuntimeError("watch is already attached to a model; call detach() before attaching it again")
         check_hookable(model, "model")
+        check_real_device(model, "model")
         if self._scaler is not None and optimizer is None:
             raise ValueError(
                 "scaler needs the optimizer (a skipped step is an optimizer step that did not happen): pass "
@@ -177,9 +210,13 @@ class Watch(Callback):
             self._meta["grad_scaler"] = "unscaled" if self._scaler.readable else "scaled (GradScaler unreadable)"
         self._recorder = recorder
         apply_pending_state(self)
+        recorder.lock, recorder.errors, recorder.label = self._lock, self.errors, self._label
+        recorder.frames = frames = ForwardFrames(self.options.train_only, self._frame_ended, self._frame_began)
         recorder.register()
+        self._frame_handles = frames.register(model, owner=self, tags=("watch",), errors=self.errors)
         self._attached = True
 
+    @contained
     def on_batch_start(self, batch: int) -> None:
         """Open (or continue) the step this training batch belongs to."""
         recorder = self._recorder
@@ -187,36 +224,47 @@ class Watch(Callback):
             return
         self._batches += 1
         self._poll_scaler()
-        step = self._optimizer_steps if self._optimizer_ref is not None else self._batches - 1
-        if step != self._step or (recorder.open_row < 0 and not recorder.checking):
-            self._begin_step(step)
+        self._ensure_step()
         recorder.enter_batch(recorder.open_row)
 
+    @contained
     def on_batch_end(self, batch: int) -> None:
-        """Stop recording forwards until the next training batch."""
+        """Stop recording forwards of compiled models until the next training batch."""
         if self._recorder is not None:
             self._recorder.leave_batch()
 
+    @contained
     def after_backward(self) -> None:
-        """Keep the loss scale of this backward (with `scaler`); without an optimizer, take the parameter
-        gradient statistics now."""
+        """Keep the loss scale of this backward (with `scaler`); take the parameter gradient statistics now
+        without an optimizer, or after the first backward of a closure that the optimizer's step runs."""
         recorder = self._recorder
         if recorder is None:
             return
+        self._step_backwards += 1
         if self._scaler is not None:
             recorder.set_grad_factor(self._scaler.factor())
         if self._optimizer_ref is None:
             recorder.record_param_grads()
+        elif self._in_step and not self._closure_grads:  # the gradients the closure step starts from
+            self._closure_grads = True
+            recorder.record_param_grads()
 
+    @contained
     def before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """Take the parameter gradient statistics and copy the weights (for update ratios)."""
+        """Open the step if it has not begun (a closure step), take the parameter gradient statistics and copy
+        the weights (for update ratios)."""
         if self._recorder is not None and self._is_ours(optimizer):
+            if self._optimizer_ref is not None:
+                self._ensure_step()
+            self._in_step, self._closure_grads = True, False
             self._recorder.record_param_grads()
             self._recorder.snapshot()
 
+    @contained
     def after_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Record update-to-weight ratios and count the step."""
         if self._recorder is not None and self._is_ours(optimizer):
+            self._in_step = False
             self._recorder.record_ratios()
             self._optimizer_steps += 1
             if self._scaler is not None:
@@ -228,18 +276,19 @@ class Watch(Callback):
         if recorder is None or not self._attached:
             return
         try:
-            if error is not None:
-                self._warned_unobserved = True  # a step cut short proves nothing about unobserved modules
-            self._poll_scaler()
-            self._end_step()
-            self._flush()
-            self._warn_unobserved()
+            with self._lock:
+                self._finish(error)
+        except Exception as err:
+            self.errors.failed(err, "on_fit_end")
         finally:
+            while self._frame_handles:
+                self._frame_handles.pop().remove()
             recorder.remove()
             self._attached = False
             for sink in self.sinks:
                 sink.close()
 
+    @contained
     def log_loss(self, loss: torch.Tensor | float) -> None:
         """Record the loss of the current step on the device (averaged when logged several times in a step)."""
         if self._recorder is not None:
@@ -248,73 +297,22 @@ class Watch(Callback):
     def _is_ours(self, optimizer: torch.optim.Optimizer) -> bool:
         return self._optimizer_ref is None or self._optimizer_ref() is optimizer
 
-    def _poll_scaler(self) -> None:
-        """After `scaler.update()`: if the open step had no optimizer step, the scaler skipped it; it is a step
-        of its own (recorded with its forward and output gradients, no parameter gradients or update ratios)."""
-        tracker = self._scaler
-        if tracker is None or not tracker.updated():
-            return
-        if not tracker.stepped and self._step >= 0 and self._step == self._optimizer_steps:
-            self._skipped.append(self._step)
-            self._optimizer_steps += 1
-        tracker.stepped = False
-
-    # ---- steps -----------------------------------------------------------------------------------------------
-    def _begin_step(self, step: int) -> None:
-        self._end_step()
-        recorder = self._recorder
-        if recorder is None:
-            return
-        self._step = step
-        if recorder.buffers.is_full:
-            self._flush()  # first: thinning may change which steps are recorded
-        if self._store.records(step):
-            recorder.open_row = recorder.buffers.new_row(step)
-            recorder.begin(recorder.open_row)
-            self._recorded += 1
-        else:
-            recorder.checking = self.options.check_nonfinite
-
-    def _end_step(self) -> None:
-        recorder = self._recorder
-        if recorder is None or (recorder.open_row < 0 and not recorder.checking):
-            return
-        if recorder.checking:
-            recorder.fold_flags(self._step)
-        was_recorded = recorder.open_row >= 0
-        if was_recorded:
-            recorder.settle()
-        recorder.open_row = recorder.row = -1
-        recorder.checking = recorder.recording = recorder.checking_now = False
-        if was_recorded:
-            self._warn_unobserved()
-            if self.options.doctor and self._recorded - self._doctor_at >= self.options.doctor_every:
-                self._run_doctor()
-
-    def _flush(self) -> None:
-        """Move the closed steps' rows to the host store (one transfer) and hand them to the sinks."""
-        recorder = self._recorder
-        if recorder is None:
-            return
-        recorder.write_pending()
-        stop = recorder.open_row if recorder.open_row >= 0 else None
-        chunk = recorder.buffers.take(stop)
-        if chunk is None:
-            return
-        orders = (recorder.forward_order, recorder.backward_order)
-        self._first = merge_first(self._first, first_nonfinite(chunk, recorder.paths, orders))
-        kept = self._store.add(chunk)
-        if self.sinks and len(kept):
-            block = build_results(kept, recorder.paths, recorder.kinds, recorder.param_names, self.options)
-            for sink in self.sinks:
-                sink.write(block)
-
     # ---- reading ---------------------------------------------------------------------------------------------
     def results(self) -> WatchResults:
-        """Return everything collected so far as `WatchResults` (flushes the device buffers: one transfer)."""
+        """Return everything collected so far as `WatchResults` (flushes the device buffers: one transfer).
+
+        Called during training, it includes the step in progress once that step's optimizer step (or, without an
+        optimizer, its backward) is done: the step is closed then, and a loss logged for it afterwards is dropped.
+        """
+        with self._lock:
+            return self._results()
+
+    def _results(self) -> WatchResults:
         recorder = self._recorder
         if recorder is None:
             return WatchResults(meta=dict(self._meta))
+        if self._attached and self._is_step_done():
+            self._end_step()
         self._flush()
         table = self._store.table()
         results = build_results(table, recorder.paths, recorder.kinds, recorder.param_names, self.options)
@@ -330,6 +328,11 @@ class Watch(Callback):
         if recorder.buffers.acts.units.mismatch:  # outputs whose number of units changed: not counted per unit
             results.dropped["unit_shape"] = recorder.buffers.acts.units.mismatch
         results.meta = {**self._meta, "recorded_steps": self._recorded, "stride": self._store.stride}
+        if self._labelled:
+            labels: dict[str, list[int]] = {}
+            for label, step in self._labelled:
+                labels.setdefault(label, []).append(step)
+            results.meta["step_labels"] = labels
         results.skipped_steps = list(self._skipped)
         return results
 
@@ -340,32 +343,6 @@ class Watch(Callback):
     def save(self, path: Any) -> Any:
         """`results().save(path)`: write the results atomically (safetensors + JSON); return the path."""
         return self.results().save(path)
-
-    # ---- warnings and the doctor -----------------------------------------------------------------------------
-    def _warn_unobserved(self) -> None:
-        if self._warned_unobserved or self._recorder is None or self._recorded == 0:
-            return
-        self._warned_unobserved = True
-        unobserved = collect_extras(self._recorder, model=_alive(self._model_ref), unobserved_only=True).unobserved
-        if unobserved:
-            listing = "; ".join(f"{path!r}: {reason}" for path, reason in unobserved.items())
-            warnings.warn(
-                f"watch(): {len(unobserved)} selected module(s) never ran during a training step, so nothing is "
-                f"recorded for them (see results().unobserved): {listing}",
-                UnobservedModuleWarning,
-                stacklevel=2,
-            )
-
-    def _run_doctor(self) -> None:
-        self._doctor_at = self._recorded
-        if self._doctor is None:
-            try:
-                from ..doctor import LiveDoctor
-            except ImportError:  # the doctor is an optional part: watch works without it
-                self.options = _without_doctor(self.options)
-                return
-            self._doctor = LiveDoctor()
-        self._doctor.update(self.results(), warn=True, stacklevel=3)
 
     def state_dict(self) -> dict[str, Any]:
         """Counters and kept steps, to resume a run (`load_state_dict`); flushes the device buffers."""
@@ -397,9 +374,3 @@ def _check_sinks(sinks: Iterable[Sink]) -> list[Sink]:
                 f"{type(sink).__name__}"
             )
     return chosen
-
-
-def _without_doctor(options: WatchOptions) -> WatchOptions:
-    from dataclasses import replace
-
-    return replace(options, doctor=False)

@@ -10,7 +10,7 @@ import torch.nn as nn
 
 from .._check import checked, shown
 from .._errors import closest_names, unknown_name
-from ..hooks import Selector, named_modules, register_module_hook
+from ..hooks import HookErrors, Selector, named_modules, register_module_hook
 from ..stats import STATISTICS, Spec, describe, finalize, norm_of, ratio_of_norms
 from ._layers import effective_weight, has_weight, weight_layers
 from ._rows import LazyMapping, RowLog
@@ -216,7 +216,8 @@ def add_weight_distribution_monitor(
     Returns:
         A dict with `"stats"` (path -> the latest statistics as floats), `"history"` (path -> list of such
         dicts, oldest first, at most `max_history`), `"dropped"` (path -> records dropped), `"layer_names"`,
-        `"handles"` and `"remove"`.
+        `"handles"`, `"remove"` and `"errors"` (a `HookErrors`: failures of the hooks are counted there and
+        warned about once, never raised into the training unless `HOOKSCOPE_STRICT=1`).
 
     Raises:
         TypeError: `layer_types` is not a module type or a tuple of them.
@@ -233,9 +234,10 @@ def add_weight_distribution_monitor(
             f"weighted module types are {found}"
         )
     logs = {path: RowLog(len(STAT_NAMES), max_history, dtype=torch.float64) for path, _ in layers}
+    errors = HookErrors("add_weight_distribution_monitor", counter='hook_data["errors"].failures')
     handles = [
         register_module_hook(
-            m, "forward", _record_statistics(logs[p]), owner="weights.distribution", path=p, tags=_TAGS
+            m, "forward", _record_statistics(logs[p]), owner="weights.distribution", path=p, tags=_TAGS, errors=errors
         )
         for p, m in layers
         if effective_weight(m).numel() > 0
@@ -252,6 +254,7 @@ def add_weight_distribution_monitor(
         "layer_names": [path for path, _ in layers],
         "handles": handles,
         "remove": remove,
+        "errors": errors,
     }
 
 

@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 
 from .._check import FINITE, checked
-from ..hooks import HookHandle, Selector, register_module_hook, tensor_leaves
+from ..hooks import HookErrors, HookHandle, Selector, register_module_hook, tensor_leaves
 from ..hooks._select import choose_modules
 
 __all__ = ["DeadUnitDetector"]
@@ -42,6 +42,7 @@ class DeadUnitDetector:
 
     The unit axis is `unit_dim` when given; otherwise 1 for convolution and batch-norm outputs and for other
     outputs of 4 or 5 dimensions (images, volumes), else the last axis (Linear, transformer `(B, T, C)`).
+    A failure inside its hooks never reaches the training: it is counted in `errors.failures` and warned once.
 
     Example:
         >>> import torch, torch.nn as nn
@@ -64,6 +65,7 @@ class DeadUnitDetector:
         self.include_eval = include_eval
         self._activity: dict[str, _UnitActivity] = {}
         self._handles: list[HookHandle] = []
+        self.errors = HookErrors("DeadUnitDetector", counter="detector.errors.failures")
 
     def attach(self, model: nn.Module, layer_names: Selector = None) -> DeadUnitDetector:
         """Hook the modules `layer_names` picks (default: those with parameters of their own); returns self.
@@ -77,7 +79,8 @@ class DeadUnitDetector:
             self._activity[path] = activity = self._activity.get(path, _UnitActivity())
             hook = self._hook(activity)
             tags = ("hookscope.weights", "dead_units")
-            self._handles.append(register_module_hook(module, "forward", hook, owner=self, path=path, tags=tags))
+            handle = register_module_hook(module, "forward", hook, owner=self, path=path, tags=tags, errors=self.errors)
+            self._handles.append(handle)
         return self
 
     def _hook(self, activity: _UnitActivity) -> Any:

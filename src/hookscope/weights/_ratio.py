@@ -11,7 +11,7 @@ import torch.nn as nn
 
 from .._check import checked
 from .._schema import Int, ListOf, Optional, Record, Str, check
-from ..hooks import HookHandle, Selector, register_optimizer_hook
+from ..hooks import HookErrors, HookHandle, Selector, register_optimizer_hook
 from ..stats import Sampler, norm_of, ratio_of_norms
 from ._layers import weight_layers, weight_parameter
 from ._nested import is_nested_step
@@ -33,7 +33,8 @@ class UpdateRatioMonitor:
     (<< 1e-3). Step pre/post hooks copy the weights into reused buffers and compute the ratios on the device
     (no host sync); they are read when asked. History is a ring buffer of `capacity` steps (`None`: every
     step) with a `dropped` count. `reducer_factory` (e.g. a `hookscope` reducer class) gives each layer a
-    reducer whose `push(ratio)` receives its 0-d ratio tensor every step.
+    reducer whose `push(ratio)` receives its 0-d ratio tensor every step. A failure inside its hooks never
+    reaches the training: it is counted in `errors.failures` and warned once.
 
     Example:
         >>> import torch, torch.nn as nn
@@ -58,6 +59,7 @@ class UpdateRatioMonitor:
         self._log = RowLog(0, capacity)
         self._handles: list[HookHandle] = []
         self._sampler = Sampler()
+        self.errors = HookErrors("UpdateRatioMonitor", counter="monitor.errors.failures")  # hooks never raise
 
     @property
     def steps(self) -> int:
@@ -90,9 +92,10 @@ class UpdateRatioMonitor:
             self.layer_names, self._log = names, RowLog(len(names), self.capacity)
             self.reducers = {path: self.reducer_factory() for path in names} if self.reducer_factory else {}
         self._weights = [weight for _, weight in layers]
+        errors = self.errors
         self._handles = [
-            register_optimizer_hook(optimizer, "step_pre", self._before_step, owner=self, tags=_TAGS),
-            register_optimizer_hook(optimizer, "step_post", self._after_step, owner=self, tags=_TAGS),
+            register_optimizer_hook(optimizer, "step_pre", self._before_step, owner=self, tags=_TAGS, errors=errors),
+            register_optimizer_hook(optimizer, "step_post", self._after_step, owner=self, tags=_TAGS, errors=errors),
         ]
         return self
 

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from .._check import checked, shown
-from ..hooks import normalize_path, register_optimizer_hook
+from ..hooks import HookErrors, normalize_path, register_optimizer_hook
 from ..stats import STATISTICS, Sampler, Spec, describe, finalize, norm_of, ratio_of_norms
 from ._nested import is_nested_step
 from ._rows import LazyMapping
@@ -150,8 +150,9 @@ def add_weight_update_monitor_hook(optimizer: torch.optim.Optimizer, log_interva
     Returns:
         A dict with `"update_history"` (name -> list of update-to-weight ratios), `"update_norms"` (name -> list
         of ||dW||), `"step"` (steps watched), `"last_updates"` (name -> dW of the latest step, on the device),
-        `"param_names"`, `"handles"` and `"remove"`. Names are the optimizer's `param_names` when it was built
-        from `model.named_parameters()`, else `"group{g}.param{i}"`.
+        `"param_names"`, `"handles"`, `"remove"` and `"errors"` (a `HookErrors`: failures of the hooks are counted
+        there and warned about once, never raised into the training unless `HOOKSCOPE_STRICT=1`). Names are the
+        optimizer's `param_names` when it was built from `model.named_parameters()`, else `"group{g}.param{i}"`.
 
     Raises:
         TypeError: `optimizer` is not a `torch.optim.Optimizer`.
@@ -163,9 +164,10 @@ def add_weight_update_monitor_hook(optimizer: torch.optim.Optimizer, log_interva
         raise ValueError(f"log_interval must be an int >= 1, got {log_interval!r}")
     data: dict[str, Any] = {"step": 0, "last_updates": {}, "param_names": optimizer_param_names(optimizer)}
     tracker = _UpdateTracker(optimizer, log_interval, data)
+    errors = HookErrors("add_weight_update_monitor_hook", counter='hook_data["errors"].failures')
     handles = [
-        register_optimizer_hook(optimizer, "step_pre", tracker.before_step, owner=tracker, tags=_TAGS),
-        register_optimizer_hook(optimizer, "step_post", tracker.after_step, owner=tracker, tags=_TAGS),
+        register_optimizer_hook(optimizer, "step_pre", tracker.before_step, owner=tracker, tags=_TAGS, errors=errors),
+        register_optimizer_hook(optimizer, "step_post", tracker.after_step, owner=tracker, tags=_TAGS, errors=errors),
     ]
 
     def remove() -> None:
@@ -174,7 +176,7 @@ def add_weight_update_monitor_hook(optimizer: torch.optim.Optimizer, log_interva
 
     data["update_history"] = LazyMapping(tracker.names, lambda name: tracker.column(name, 0))
     data["update_norms"] = LazyMapping(tracker.names, lambda name: tracker.column(name, 1))
-    data.update(handles=handles, remove=remove, _tracker=tracker)
+    data.update(handles=handles, remove=remove, errors=errors, _tracker=tracker)
     return data
 
 
