@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from hookscope.doctor import diagnose
 from hookscope.plot import (
     UPDATE_RATIO_GUIDE,
     plot_activations,
@@ -90,7 +91,18 @@ def test_histogram_image_is_log1p_counts_with_value_on_y(results: WatchResults) 
 def test_unit_activity_counts_dead_units(results: WatchResults) -> None:
     ax = plot_unit_activity(results, "0").axes[0]
     assert [bar.get_height() for bar in ax.patches] == [0.0, 0.25, 0.5, 1.0]
-    assert ax.get_title() == "unit activity (sorted): 1 of 4 never active"
+    assert ax.get_title() == "units: 1 of 4 active < 1% (1 never)"
+
+
+def test_unit_activity_counts_mostly_dead_units_as_the_doctor_does(results: WatchResults) -> None:
+    activity = torch.tensor([0.0, 0.004, 0.009, 0.0099, 0.01, 0.3, float("nan"), 0.0])
+    results.layers["1"] = "ReLU"
+    results.unit_activity = {"1": activity}
+    (found,) = [f for f in diagnose(results, disable=["unobserved"]) if f.check == "dead_units"]
+    inactive = int((activity[activity.isfinite()] < 0.01).sum())  # 5 of 7 observed units, 2 of them never
+    assert (found.evidence["dead"], found.evidence["units"], found.evidence["never"]) == (inactive, 7, 2)
+    title = plot_unit_activity(results, "1").axes[0].get_title()
+    assert title == f"units: {inactive} of 7 active < 1% (2 never)"
     with pytest.raises(ValueError, match=r"layer must have recorded unit activity, got 'nope'"):
         plot_unit_activity(results, "nope")
 
