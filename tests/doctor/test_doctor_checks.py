@@ -59,13 +59,13 @@ def test_shrinking_gradients_are_vanishing_only_while_the_loss_stalls() -> None:
 
 def test_parameter_gradients_stand_in_when_output_gradients_were_not_recorded() -> None:
     params = {
-        "a.weight": {"norm": series(3e-4, 3e-4, 3e-4)},
-        "a.bias": {"norm": series(4e-4, 4e-4, 4e-4)},  # combined with the weight: 5e-4
-        "b.weight": {"norm": series(1.0, 1.0, 1.0)},
+        "0.weight": {"norm": series(3e-4, 3e-4, 3e-4)},
+        "0.bias": {"norm": series(4e-4, 4e-4, 4e-4)},  # combined with the weight: 5e-4
+        "1.weight": {"norm": series(1.0, 1.0, 1.0)},
     }
-    results = results_with(3, layers={"a": "Linear", "b": "Linear"}, param_grads=params)
+    results = results_with(3, layers={"0": "Linear", "1": "Linear"}, param_grads=params)
     (found,) = only(diagnose(results), "vanishing_gradients")
-    assert found.path == "a" and found.evidence["ratio"] == pytest.approx(5e-4)
+    assert found.path == "0" and found.evidence["ratio"] == pytest.approx(5e-4)
 
 
 def ratios(**values: list[float]) -> dict[str, torch.Tensor]:
