@@ -303,7 +303,7 @@ class ActivationStats(RecordWriter, HookCallback):
         """Plot mean, std and % near zero of module `idx` over the records; return the Figure."""
         from ..plot import layer_stats
 
-        return layer_stats(*self.layer_stats(idx))
+        return layer_stats(*self.layer_stats(idx), near_zero=self.near_zero)
 
     def state_dict(self) -> dict[str, Any]:
         """Return the records (on the CPU), counts and histogram ranges."""
