@@ -230,9 +230,9 @@ def plot_layer(results: WatchResults, path: str) -> Figure:
     _layer_gradients(axes[0][2], results, path, x)
     params = [name for name in params_of(results, path) if name in results.update_ratios]
     ratios = {name: as_array(results.update_ratios[name]) for name in params}
-    _optional(axes[1][0], bool(ratios), lambda ax: _layer_ratios(ax, x, ratios), "update ratios (no parameters)")
-    _optional(axes[1][1], path in results.histograms, lambda ax: plot_histogram(results, path, ax), "histogram")
-    _optional(axes[1][2], path in results.unit_activity, lambda ax: plot_unit_activity(results, path, ax), "units")
+    _optional(axes[1][0], bool(ratios), lambda ax: _layer_ratios(ax, x, ratios), NO_RATIOS)
+    _optional(axes[1][1], path in results.histograms, lambda ax: plot_histogram(results, path, ax), NO_HISTOGRAM)
+    _optional(axes[1][2], path in results.unit_activity, lambda ax: plot_unit_activity(results, path, ax), NO_UNITS)
     figure.suptitle(f"{label(path)} ({label(results.layers.get(path, '?'))})")
     return figure
 
@@ -254,9 +254,14 @@ def _layer_gradients(ax: Axes, results: WatchResults, path: str, x: np.ndarray[A
     nonfinite_note(ax, x, results.output_grads.get(path, {}).get("nonfinite"), "gradients")
 
 
-def _optional(ax: Axes, present: bool, draw: Any, what: str) -> None:
+NO_RATIOS = "no update ratio recorded\n(no parameters of its own, or no optimizer)"
+NO_HISTOGRAM = "no histogram recorded"
+NO_UNITS = "no unit activity recorded"
+
+
+def _optional(ax: Axes, present: bool, draw: Any, message: str) -> None:
     if present:
         draw(ax)
     else:
-        ax.text(0.5, 0.5, f"no {what} recorded", ha="center", va="center", transform=ax.transAxes)
+        ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes)
         ax.set_axis_off()
