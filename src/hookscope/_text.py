@@ -87,8 +87,9 @@ def _keep_segments(segments: list[str], width: int, mark: str) -> str | None:
                 break
             tail.insert(0, segment)
             room -= len(segment) + 1
-        if tail:
-            return f"{head}{mark}.{'.'.join(tail)}"
+        if tail:  # an ASCII "..." stands for the dots around it too
+            left = head[:-1] if head and mark.startswith(".") else head
+            return left + mark + ("" if mark.endswith(".") else ".") + ".".join(tail)
     return None
 
 

@@ -343,6 +343,8 @@ def expected_layers(model: nn.Module) -> list[str]:
     return chosen
 
 
+@functools.cache
 def faulty(name: str, fault: str) -> Run:
-    """A run of model `name` with `fault` planted (`"nan"`, `"dead"` or `"lr"`), as short as `FAULT_STEPS` says."""
+    """A run of model `name` with `fault` planted (`"nan"`, `"dead"` or `"lr"`), as short as `FAULT_STEPS` says
+    (trained once per process, then shared)."""
     return train(MODELS[name], steps=FAULT_STEPS[fault], fault=fault)

@@ -20,6 +20,7 @@ __all__ = [
     "as_array",
     "axes_or_new",
     "draw_lines",
+    "few_ticks",
     "label",
     "near_zero_caption",
     "new_figure",
@@ -58,12 +59,14 @@ def new_figure(nrows: int = 1, ncols: int = 1, figsize: tuple[float, float] = (8
 
     The figure renders with the Agg canvas, so nothing here needs a display.
     """
+    from matplotlib import rc_context
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     figure = Figure(figsize=figsize)
     FigureCanvasAgg(figure)
-    axes = figure.subplots(nrows, ncols, squeeze=False)
+    with rc_context({"axes.titley": 1.0}):  # a fixed title place: placing it automatically measures every tick
+        axes = figure.subplots(nrows, ncols, squeeze=False)
     # Fixed margins: constrained/tight layout cost more than the drawing itself.
     top = 1.0 - 0.75 / figsize[1]
     figure.subplots_adjust(left=0.08, right=0.98, bottom=0.55 / figsize[1], top=top, wspace=0.3, hspace=0.45)
@@ -95,6 +98,15 @@ def steps_of(results: Any) -> np.ndarray[Any, Any]:
     """Return the recorded step numbers of `results` (a `WatchResults`)."""
     steps: np.ndarray[Any, Any] = results.steps.detach().to("cpu").numpy()
     return steps
+
+
+def few_ticks(ax: Axes, y: bool = True) -> None:
+    """At most about 4 labelled ticks per axis (whole steps on x): each tick costs more to draw than a line."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=4, integer=True))
+    if y:
+        ax.yaxis.set_major_locator(MaxNLocator(nbins=4))
 
 
 def _log_axis(ax: Axes, low: float, high: float) -> None:
@@ -136,6 +148,7 @@ def draw_lines(
         marker = "." if np.count_nonzero(np.isfinite(shown)) < 40 else None  # lone points stay visible
         ax.plot(x[: len(shown)], shown, label=label(name), color=colour, linewidth=1.2, marker=marker, markersize=4)
     finite = np.concatenate([v[np.isfinite(v)] for v in drawn.values()]) if drawn else np.zeros(0)
+    few_ticks(ax)
     if log and finite.size:
         _log_axis(ax, float(finite.min()), float(finite.max()))
     ax.set_title(title)

@@ -14,6 +14,7 @@ from ._base import (
     as_array,
     axes_or_new,
     draw_lines,
+    few_ticks,
     label,
     near_zero_caption,
     new_figure,
@@ -175,6 +176,7 @@ def plot_histogram(results: WatchResults, layer: str, ax: Axes | None = None) ->
     figure, ax = axes_or_new(ax, (9, 4))
     extent = (float(x[0]) if len(x) else 0.0, float(x[-1]) + 1 if len(x) else 1.0, float(edges[0]), float(edges[-1]))
     ax.imshow(image, origin="lower", aspect="auto", interpolation="nearest", cmap="viridis", extent=extent)
+    few_ticks(ax)
     ax.set_title("output histogram (log1p counts)")
     ax.set_xlabel("step")
     ax.set_ylabel("value")
@@ -194,12 +196,13 @@ def plot_unit_activity(results: WatchResults, layer: str, ax: Axes | None = None
     activity = np.sort(as_array(results.unit_activity[layer]))
     counts = count_inactive_units(results.unit_activity[layer])
     figure, ax = axes_or_new(ax, (6, 3.5))
-    ax.bar(np.arange(len(activity)), activity, width=1.0, color="teal")
+    ax.stairs(activity, np.arange(len(activity) + 1.0), fill=True, color="teal")  # one artist, not one per unit
     ax.axhline(DEAD_UNIT_ACTIVITY, color="crimson", linestyle="--", linewidth=1.0)
     ax.set_title(
         f"units: {counts.inactive} of {counts.units} active < {DEAD_UNIT_ACTIVITY:.0%} ({counts.never} never)",
         fontsize="medium",
     )
+    few_ticks(ax)
     ax.set_xlabel("unit (sorted)")
     ax.set_ylabel("fraction > 0")
     ax.set_ylim(0, 1.05)
