@@ -105,6 +105,18 @@ def test_dead_units_are_read_at_relu_family_layers_only() -> None:
     assert only(diagnose(results), "dead_units") == []  # NaN is never > 0: inactivity says nothing then
 
 
+def test_mostly_dead_units_are_reported_with_their_count_as_in_the_demo() -> None:
+    # the demo's act3 after 8 epochs: 26 of 64 units active 0.1-0.9% of the time, none exactly never
+    activity = torch.cat([torch.linspace(0.001, 0.009, 26), torch.linspace(0.2, 0.8, 38)])
+    layers = {"fc1": "Linear", "act3": "ReLU", "hf": "GELUActivation"}
+    results = results_with(45, layers=layers, unit_activity={"act3": activity, "hf": activity})
+    found = only(diagnose(results), "dead_units")
+    assert [(f.path, f.severity) for f in found] == [("act3", "warning"), ("hf", "warning")]
+    assert found[0].message.startswith("26 of 64 units (41%) were active (> 0) < 1% of the time over 45")
+    assert (found[0].evidence["dead"], found[0].evidence["never"], found[0].evidence["input_layer"]) == (26, 0, "fc1")
+    assert only(diagnose(results, dead_unit_activity=0.001), "dead_units") == []  # none below 0.1%
+
+
 def test_symmetry_counts_only_once_training_moved_the_layer() -> None:
     layers = {"0": "Linear", "1": "Linear"}
     activity = {"0": torch.ones(10), "1": torch.ones(4)}
