@@ -1,10 +1,12 @@
-"""Names made safe and short for display: the one rule that plots, the report and terminal tables use.
+"""Names and text made safe and short for display: the one rule that plots, the report and every table use.
 
 Names come from users' models and files, so they may hold anything: bidi controls, lone surrogates, 20,000
-characters. `neutralize` makes every character visible and encodable; `shorten` fits a name into a width by
-dropping whole middle segments of a dotted path (`bert.….attention.self.query`), never cutting a number in two;
-`display_name` does both and names the root module `(root)`. Only what is shown is shortened: results, saved
-data and findings keep the full names. `terminal_width` is the width tables are fitted to by default.
+characters. `neutralize` makes every character visible and encodable. `shorten_path` fits a dotted path into a
+width by dropping whole middle segments (`encoder.…self_attention.query`), `shorten_middle` cuts the middle out
+of any name, `shorten_end` cuts the end of a value such as a shape; none of them cuts through a number when it
+can help it. `display_name` neutralizes and shortens a module path and names the root `(root)`; `quoted` is how
+running text shows one; `wrap` wraps messages, shortening words too long for a line. Only what is shown is
+shortened: results, saved data and findings keep the full names. `terminal_width` is the default width.
 """
 
 from __future__ import annotations
@@ -16,15 +18,13 @@ import unicodedata
 from ._check import checked
 
 __all__ = [
-    "ELLIPSIS", "MIN_WIDTH", "ROOT", "display_name", "neutralize", "quoted", "shorten", "terminal_width", "truncate",
-    "wrap",
+    "ELLIPSIS", "ROOT", "display_name", "neutralize", "quoted", "shorten_end", "shorten_middle", "shorten_path",
+    "terminal_width", "wrap",
 ]  # fmt: skip
 
 ELLIPSIS = "…"
 ROOT = "(root)"
 """How the root module (path `""`) is shown."""
-MIN_WIDTH = 8
-"""The narrowest width `shorten` accepts."""
 _DEFAULT_WIDTH = 100
 _BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
@@ -45,91 +45,102 @@ def neutralize(value: object) -> str:
     return "".join(out)
 
 
-def shorten(name: str, width: int, mark: str = ELLIPSIS) -> str:
-    """Fit `name` into `width` characters, cutting in the middle; numbers are never cut in two.
-
-    A dotted path keeps its first segment and as many whole last segments as fit, the segments between them
-    replaced by `…`. A name whose last segment alone does not fit is cut inside, in the middle, with the cut
-    moved off any run of digits (unless one number is wider than `width` itself).
-
-    Args:
-        name: The name (shown as is when it fits).
-        width: The most characters the result may have (at least `MIN_WIDTH`).
-        mark: What replaces the cut part (`"..."` where only ASCII may be written).
-
-    Raises:
-        ValueError: `width` is not an int >= `MIN_WIDTH`.
-
-    >>> shorten("bert.encoder.layer.11.attention.self.query", 30)
-    'bert.….11.attention.self.query'
-    >>> shorten("block_123456789_tail", 16)
-    'block_…_tail'
-    """
-    if isinstance(width, bool) or not isinstance(width, int) or width < MIN_WIDTH:
-        raise ValueError(f"width must be an int >= {MIN_WIDTH}, got {width!r}")
-    if len(name) <= width:
-        return name
-    segments = name.split(".")
-    if len(segments) > 1:
-        kept = _keep_segments(segments, width, mark)
-        if kept is not None:
-            return kept
-    return _cut_inside(name, width, mark)
+def _is_word(char: str) -> bool:
+    return char.isalnum() or char in "_."
 
 
-def _keep_segments(segments: list[str], width: int, mark: str) -> str | None:
-    """`first.….tail.segments` (or `….tail` when the first does not fit too), or None when no segment fits."""
-    for head in (segments[0] + ".", ""):
-        tail: list[str] = []
-        room = width - len(head) - len(mark)
-        for segment in reversed(segments[1:]):
-            if len(segment) + 1 > room:
-                break
-            tail.insert(0, segment)
-            room -= len(segment) + 1
-        if tail:  # an ASCII "..." stands for the dots around it too
-            left = head[:-1] if head and mark.startswith(".") else head
-            return left + mark + ("" if mark.endswith(".") else ".") + ".".join(tail)
-    return None
+def _splits_number(text: str, at: int) -> bool:
+    return 0 < at < len(text) and text[at - 1].isdigit() and text[at].isdigit()
 
 
-def _cut_inside(name: str, width: int, mark: str) -> str:
-    keep = width - len(mark)
-    left, right = (keep + 1) // 2, len(name) - keep // 2
-    while left > 0 and name[left - 1].isdigit() and name[left].isdigit():
-        left -= 1
-    while right < len(name) and name[right - 1].isdigit() and name[right].isdigit():
-        right += 1
-    if left == 0 and right == len(name):  # one number wider than everything: it has to be cut
-        left, right = (keep + 1) // 2, len(name) - keep // 2
-    return name[:left] + mark + name[right:]
+def shorten_end(text: str, width: int, ellipsis: str = ELLIPSIS) -> str:
+    """Cut `text` to `width` characters, ending with `ellipsis` where it was cut.
 
+    The cut moves back to the start of a number or word it would split (`[2, 8, 1000]` at 10 -> `[2, 8, …`),
+    unless that leaves less than half the width.
 
-def truncate(text: str, width: int, mark: str = ELLIPSIS) -> str:
-    """Cut `text` at its end to at most `width` characters (`mark` included), never inside a number: for values
-    whose start matters most, such as shapes.
-
-    >>> truncate("([2, 197, 768], {need_weights: False})", 14)
-    '([2, 197, 768…'
-    >>> truncate("([2, 197, 768], {need_weights: False})", 12)
-    '([2, 197, …'
+    Example:
+        >>> shorten_end("{logits: [2, 8, 1000]}", 18)
+        '{logits: [2, 8, …'
     """
     if len(text) <= width:
         return text
-    end = max(width - len(mark), 0)
-    while 0 < end < len(text) and text[end - 1].isdigit() and text[end].isdigit():
-        end -= 1
-    return text[:end] + mark
+    if width <= len(ellipsis):
+        return text[:width]
+    keep = width - len(ellipsis)
+    head = text[:keep]
+    if _is_word(text[keep]) and head and _is_word(head[-1]):
+        trimmed = head.rstrip("".join({c for c in head if _is_word(c)}))
+        if len(trimmed) >= keep // 2:
+            head = trimmed
+    return head + ellipsis
+
+
+def shorten_middle(text: str, width: int, ellipsis: str = ELLIPSIS) -> str:
+    """Cut the middle out of `text` so it fits `width` characters: `AdaptiveAvgPool2d` -> `Adapt…Pool2d`.
+
+    A cut that would split a number moves to its edge (the number is dropped whole), unless one side would
+    then keep less than half of its share.
+
+    Example:
+        >>> shorten_middle("block_123456789_tail", 16)
+        'block_…_tail'
+    """
+    if len(text) <= width:
+        return text
+    if width <= len(ellipsis):
+        return text[:width]
+    keep = width - len(ellipsis)
+    head, tail = (keep + 1) // 2, keep - (keep + 1) // 2
+    start, end = head, len(text) - tail
+    while _splits_number(text, start) and start > head // 2:
+        start -= 1
+    while _splits_number(text, end) and len(text) - end > tail // 2:
+        end += 1
+    if _splits_number(text, start) or _splits_number(text, end):
+        start, end = head, len(text) - tail  # a number wider than the room: it has to be cut
+    return text[:start] + ellipsis + text[end:]
+
+
+def shorten_path(path: str, width: int, ellipsis: str = ELLIPSIS, sep: str = ".", keep_first: bool = True) -> str:
+    """Shorten a dotted path to `width` characters, eliding whole segments first (numbers stay whole).
+
+    The first segment and as many trailing segments as fit are kept (`encoder.…layers.3.mlp.fc1`); with
+    `keep_first=False` only trailing segments (`…layers.3.mlp.fc1`), for paths whose head is shown elsewhere (the
+    parent rows of a tree). A path whose last segment alone does not fit is cut in the middle of its characters.
+
+    Example:
+        >>> shorten_path("encoder.layers.11.attention.output.dense", 31)
+        'encoder.…attention.output.dense'
+        >>> shorten_path("encoder.layers.11.attention.output.dense", 30, keep_first=False)
+        '…11.attention.output.dense'
+    """
+    if len(path) <= width:
+        return path
+    parts = path.split(sep)
+    head = parts[0] + sep if keep_first and len(parts) > 2 else ""
+    tail, kept = None, 0
+    for keep in range(len(parts) - 1 - bool(head), 0, -1):
+        candidate = head + ellipsis + sep.join(parts[-keep:])
+        if len(candidate) <= width:
+            tail, kept = candidate, keep
+            break
+    middle = shorten_middle(path, width, ellipsis)
+    if tail is not None and (kept >= 2 or len(tail) >= width // 2 or not middle.endswith(sep + parts[-1])):
+        return tail  # whole segments, unless one short segment is all that fits and a middle cut keeps it
+    if tail is None and len(parts) > 1 and width > len(ellipsis) + 2 and not middle.endswith(sep + parts[-1]):
+        return ellipsis + shorten_middle(parts[-1], width - len(ellipsis), ellipsis)
+    return middle
 
 
 def display_name(name: object, width: int | None = None) -> str:
     """Return a module path or parameter name as shown: neutralized, `(root)` for `""`, shortened to `width`.
 
-    >>> display_name(""), display_name("a\\ud800b")
-    ('(root)', 'a<U+D800>b')
+    >>> display_name(""), display_name("a\\ud800b"), display_name("encoder.layers.11.self_attn.out_proj", 24)
+    ('(root)', 'a<U+D800>b', 'encoder.…out_proj')
     """
     shown = neutralize(name) or ROOT
-    return shown if width is None else shorten(shown, width)
+    return shown if width is None else shorten_path(shown, width)
 
 
 def quoted(name: str, width: int | None = None) -> str:
@@ -141,26 +152,23 @@ def quoted(name: str, width: int | None = None) -> str:
     return repr(display_name(name, width)).replace(" ", "\u00a0") if name else ROOT
 
 
+def wrap(text: str, width: int, first: str = "", indent: str = "") -> list[str]:
+    """Wrap `text` into lines of at most `width` characters, at spaces; a word too long for a line (a path) is
+    shortened in the middle (`shorten_path`). `first` starts the first line, `indent` the others.
+
+    >>> wrap("gradient norm at 'encoder.layers.11.self_attn' is small", 28, " 1. ", "    ")
+    [' 1. gradient norm at', "    'encoder.…11.self_attn'", '    is small']
+    """
+    room = max(width - max(len(first), len(indent)), 2 * len(ELLIPSIS) + 2)
+    words = [word if len(word) <= room else shorten_path(word, room) for word in neutralize(text).split(" ")]
+    wrapper = textwrap.TextWrapper(
+        width=max(width, room), initial_indent=first, subsequent_indent=indent, break_long_words=False
+    )
+    wrapper.break_on_hyphens = False
+    return wrapper.wrap(" ".join(words)) or [first.rstrip()]
+
+
 def terminal_width(default: int = _DEFAULT_WIDTH) -> int:
     """The columns of the terminal (`COLUMNS` first), or `default` when there is no terminal."""
     columns = shutil.get_terminal_size((default, 24)).columns
-    return max(columns, 2 * MIN_WIDTH) if columns > 0 else default
-
-
-def wrap(text: str, width: int, first: str = "", indent: str = "") -> list[str]:
-    """Wrap `text` into lines of at most `width` characters, at spaces; a word too long for a line (a path) is
-    shortened with `shorten`, so numbers stay whole. `first` starts the first line, `indent` the others.
-
-    >>> wrap("gradient norm at 'encoder.layers.11.self_attn' is small", 28, " 1. ", "    ")
-    [' 1. gradient norm at', "    'encoder.….11.self_attn'", '    is small']
-    """
-    room = max(width - max(len(first), len(indent)), MIN_WIDTH)
-    words = [word if len(word) <= room else shorten(word, room) for word in neutralize(text).split(" ")]
-    wrapper = textwrap.TextWrapper(
-        width=max(width, MIN_WIDTH),
-        initial_indent=first,
-        subsequent_indent=indent,
-        break_long_words=False,
-        break_on_hyphens=False,
-    )
-    return wrapper.wrap(" ".join(words)) or [first.rstrip()]
+    return max(columns, 16) if columns > 0 else default

@@ -77,7 +77,7 @@ def _layer_table(run: DemoRun, width: int) -> Any:
     the update/weight ratio; layer paths shortened in the middle to a third of the console's `width`."""
     from rich.table import Table
 
-    from .._text import MIN_WIDTH, display_name
+    from .._text import display_name
     from ..plot._base import near_zero_caption
 
     table = Table(
@@ -90,6 +90,6 @@ def _layer_table(run: DemoRun, width: int) -> Any:
     for index, path in enumerate(stats.paths):
         means, stds, near = (float(series[-1]) for series in stats.layer_stats(index))
         ratio = float((history.get(f"{path}.weight") or [math.nan])[-1])
-        shown = display_name(path, max(width // 3, MIN_WIDTH))
+        shown = display_name(path, max(width // 3, 12))
         table.add_row(shown, f"{means:.3f}", f"{stds:.3f}", f"{near:.0%}", f"{ratio:.1e}")
     return table

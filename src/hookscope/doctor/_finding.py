@@ -114,7 +114,7 @@ def format_findings(findings: Sequence[Finding], *, limit: int | None = None, wi
     """Render findings as a short numbered list, in the order given (`diagnose` returns them ranked).
 
     Each finding starts with its severity, check, layer, step and message, then the advice after `->`; lines are
-    wrapped to `width`, and a layer path too long for it is shortened in the middle (`hookscope._text.shorten`).
+    wrapped to `width`, and a layer path too long for it is shortened in the middle (`hookscope._text.shorten_path`).
 
     Args:
         findings: the findings to render.

@@ -31,7 +31,7 @@ __all__ = [
 MAX_LEGEND = 12
 """Above this many lines a panel colours lines by depth and leaves the legend out."""
 LABEL_WIDTH = 60
-"""The most characters of a name a title or legend shows (`hookscope._text.shorten`; the data keeps it whole)."""
+"""The most characters of a name a title or legend shows (`hookscope._text.shorten_path`; the data keeps it whole)."""
 
 
 def label(name: object, width: int = LABEL_WIDTH) -> str:

@@ -18,7 +18,7 @@ import torch
 from .._check import hint_for
 from .._io import load_bundle, save_bundle
 from .._schema import FLOAT, INT, Int, Json, ListOf, MapOf, Optional, Record, SchemaError, Str, Tensor, check
-from .._text import MIN_WIDTH, display_name, quoted, terminal_width, wrap
+from .._text import display_name, quoted, shorten_middle, terminal_width, wrap
 
 __all__ = [
     "ACTIVATION_STATS",
@@ -43,6 +43,7 @@ GRAD_STATS = ("norm", "nonfinite")
 
 _KIND = "watch_results"
 _FIGURES = ("mean", "std", "grad norm", "nonfinite")
+_MIN_NAME = 8  # the narrowest layer column
 _FIGURE = 9  # the width of one figure: `.3g` of a float32 takes at most 9 characters (-1.23e-05)
 
 
@@ -119,7 +120,7 @@ class WatchResults:
         Args:
             max_layers: show at most this many layers (the rest are counted).
             width: the most characters per line; layer paths and types are shortened in the middle to fit
-                (`hookscope._text.shorten`, numbers kept whole). `None`: the terminal's width (100 without one).
+                (`hookscope._text.shorten_path`, numbers kept whole). `None`: the terminal's width (100 without one).
 
         Example:
             >>> print(WatchResults().summary())
@@ -153,14 +154,14 @@ class WatchResults:
     def _layer_rows(self, paths: list[str], columns: int) -> list[str]:
         """The header and one row per layer of `summary`, `columns` wide."""
         figures = len(_FIGURES) * (_FIGURE + 1)
-        kind = max(min(max(len(self.layers[p]) for p in paths), 16, columns - figures - MIN_WIDTH - 1), len("type"))
+        kind = max(min(max(len(self.layers[p]) for p in paths), 16, columns - figures - _MIN_NAME - 1), len("type"))
         name = columns - kind - 1 - figures
         rows = [f"{'layer':<{name}} {'type':<{kind}}" + "".join(f" {h:>{_FIGURE}}" for h in _FIGURES)]
         for path in paths:
             act, grad = self.activations.get(path, {}), self.output_grads.get(path, {})
             cells = [_last(act.get(stat)) for stat in ("mean", "std")] + [_last(grad.get("norm"))]
             cells.append(_last(act.get("nonfinite")))
-            layer, kind_name = display_name(path, name), display_name(self.layers[path], max(kind, MIN_WIDTH))
+            layer, kind_name = display_name(path, name), shorten_middle(self.layers[path], kind)
             rows.append(f"{layer:<{name}} {kind_name:<{kind}}" + "".join(f" {c:>{_FIGURE}.3g}" for c in cells))
         return rows
 
