@@ -31,7 +31,10 @@ class Thresholds:
             is reported, and the number of first recorded steps that form a baseline; single noisy steps are
             ignored. Runs shorter than `window` use all their steps.
         grad_depth_ratio: output-gradient norms of a layer this many times larger (exploding) or smaller
-            (vanishing) than those of the last layer (the one nearest the loss), at the same step.
+            (vanishing) than those of the layer of the same kind nearest the loss, at the same step (a kind: one
+            module type at one place in repeated blocks, `hookscope.doctor._gradients.layer_kind`). Vanishing is
+            reported only where the weights it reaches also stall: update ratios at or below `lr_low_ratio`, or
+            this many times below the model's median weight (when update ratios were recorded).
         grad_step_ratio: a layer's gradient norm this many times larger (exploding) or smaller (vanishing)
             than its own median over the first `window` recorded steps. Vanishing over steps is only reported
             when the loss was logged and has stalled (see `stalled_loss_fraction`): shrinking gradients are
