@@ -40,11 +40,13 @@ def test_a_lone_surrogate_in_a_layer_name_is_shown_and_kept(
     assert render_report(tmp_path / "r").read_text(encoding="utf-8") == page.read_text(encoding="utf-8")
 
 
-def test_a_name_that_starts_like_an_escaped_one_round_trips(tmp_path: Path) -> None:
-    results = WatchResults(steps=torch.arange(2), layers={'hookscope-json:"x"': "Linear"})
-    results.activations['hookscope-json:"x"'] = {"mean": torch.ones(2)}
+def test_a_surrogate_name_beside_one_that_looks_like_its_stored_key_round_trips(tmp_path: Path) -> None:
+    names = ("a\ud800", "hookscope.renamed/0")  # the second is what the first is stored under (_io)
+    results = WatchResults(steps=torch.arange(2), layers=dict.fromkeys(names, "Linear"))
+    results.activations = {name: {"mean": torch.full((2,), float(i))} for i, name in enumerate(names)}
     loaded = WatchResults.load(results.save(tmp_path / "r.safetensors"))
-    assert list(loaded.activations) == ['hookscope-json:"x"']
+    assert list(loaded.activations) == list(names)
+    assert [float(loaded.activations[name]["mean"][0]) for name in names] == [0.0, 1.0]
 
 
 def test_a_20000_character_name_is_shortened_on_the_page_and_in_plots_but_whole_in_the_data(

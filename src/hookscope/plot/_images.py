@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from .._check import FIGSIZE, checked
+from .._check import FIGSIZE, FINITE, NON_NEGATIVE, checked
 from ._base import as_array, axes_or_new, near_zero_caption, new_figure
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ def color_dim(
     return figure
 
 
-@checked(figsize=FIGSIZE)
+@checked(figsize=FIGSIZE, near_zero=(FINITE, NON_NEGATIVE))
 def layer_stats(
     means: Series,
     stds: Series,
