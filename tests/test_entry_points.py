@@ -155,6 +155,7 @@ def recipe(name: str, t: dict[str, Any]) -> dict[str, Any]:
         "render_report": {"out_dir": t["report"]},
         "write_index": {"out_dir": t["folder"] / "index", "pages": [], "meta": {}},
         "write_report": {"out_dir": t["folder"] / "out", "results": results},
+        "save_report_data": {"out_dir": t["folder"] / "data", "results": results},
         "safe_filename": {"name": "model"},
         "neutralize": {"value": "x"},
         "color_dim": {"hist": torch.ones(2, 4)},
@@ -223,6 +224,7 @@ def wrong_values(name: str, t: dict[str, Any]) -> dict[str, Any]:
         "JSONLSink.path": directory,
         "render_report.out_dir": file,
         "write_report.out_dir": file,
+        "save_report_data.out_dir": file,
         "write_index.out_dir": file,
         "set_weights_.weights": {BAD_NAME: torch.ones(1)},
         "remap_state_dict.state_dict": {1: 2},
@@ -277,6 +279,9 @@ FREE: dict[str, str] = {
     "write_report.findings": "any findings are shown, as text",
     "write_report.meta": "any metadata is shown, as text",
     "write_report.weights": "any module or named tensors are drawn",
+    "save_report_data.findings": "any findings are saved, as text",
+    "save_report_data.meta": "any metadata is saved, as text",
+    "save_report_data.weights": "any module or named tensors are histogrammed",
     **{
         f"{name}.owner": "any object can own hooks"
         for name in (

@@ -62,6 +62,7 @@ def write_report(
     return _readable(atomic_write(folder / REPORT_FILE, page), folder)
 
 
+@checked()
 def save_report_data(
     out_dir: str | os.PathLike[str],
     results: WatchResults,
