@@ -80,6 +80,26 @@ def test_format_findings_is_a_short_numbered_list() -> None:
     assert format_findings([]) == "hookscope doctor: no findings."
     with pytest.raises(ValueError, match="limit must be a positive int or None, got 0"):
         format_findings(items, limit=0)
+    with pytest.raises(ValueError, match=r"width must be an int >= 40 or None \(the terminal's width\), got 20"):
+        format_findings(items, width=20)
+
+
+@pytest.mark.parametrize("width", [80, 100, 160])
+def test_format_findings_fits_the_width_and_names_the_root(width: int) -> None:
+    path = "vit.encoder.layer.11.attention.attention.query_projection_of_a_long_name." * 3 + "weight_17"
+    items = [
+        Finding(
+            "vanishing_gradients", "warning", path, 4, f"gradient norm here is 1e-05x that of {path!r}", {}, "a " * 90
+        ),
+        Finding("bad_init", "warning", "", 0, "std falls", {}, "init"),
+    ]
+    text = format_findings(items, width=width)
+    assert max(map(len, text.splitlines())) <= width
+    assert " 2. WARNING bad_init (root) step 0: std falls" in text and "''" not in text
+    assert "weight_17" in text and "vit." in text  # both ends of the shortened path, its number whole
+    words = text.split()
+    assert words.count("a") == 90  # the advice is wrapped, not cut
+    assert str(items[1]) == "warning: [bad_init] (root) at step 0: std falls"
 
 
 def test_findings_rank_by_severity_then_step_then_check_then_model_order(

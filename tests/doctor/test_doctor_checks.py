@@ -59,13 +59,13 @@ def test_shrinking_gradients_are_vanishing_only_while_the_loss_stalls() -> None:
 
 def test_parameter_gradients_stand_in_when_output_gradients_were_not_recorded() -> None:
     params = {
-        "a.weight": {"norm": series(3e-4, 3e-4, 3e-4)},
-        "a.bias": {"norm": series(4e-4, 4e-4, 4e-4)},  # combined with the weight: 5e-4
-        "b.weight": {"norm": series(1.0, 1.0, 1.0)},
+        "0.weight": {"norm": series(3e-4, 3e-4, 3e-4)},
+        "0.bias": {"norm": series(4e-4, 4e-4, 4e-4)},  # combined with the weight: 5e-4
+        "1.weight": {"norm": series(1.0, 1.0, 1.0)},
     }
-    results = results_with(3, layers={"a": "Linear", "b": "Linear"}, param_grads=params)
+    results = results_with(3, layers={"0": "Linear", "1": "Linear"}, param_grads=params)
     (found,) = only(diagnose(results), "vanishing_gradients")
-    assert found.path == "a" and found.evidence["ratio"] == pytest.approx(5e-4)
+    assert found.path == "0" and found.evidence["ratio"] == pytest.approx(5e-4)
 
 
 def ratios(**values: list[float]) -> dict[str, torch.Tensor]:
@@ -103,6 +103,18 @@ def test_dead_units_are_read_at_relu_family_layers_only() -> None:
     assert only(diagnose(results, dead_unit_fraction=0.7), "dead_units") == []
     results.activations = {"1": {"nonfinite": series(0.0, 0.0, 12.0, 0.0, 0.0)}}
     assert only(diagnose(results), "dead_units") == []  # NaN is never > 0: inactivity says nothing then
+
+
+def test_mostly_dead_units_are_reported_with_their_count_as_in_the_demo() -> None:
+    # the demo's act3 after 8 epochs: 26 of 64 units active 0.1-0.9% of the time, none exactly never
+    activity = torch.cat([torch.linspace(0.001, 0.009, 26), torch.linspace(0.2, 0.8, 38)])
+    layers = {"fc1": "Linear", "act3": "ReLU", "hf": "GELUActivation"}
+    results = results_with(45, layers=layers, unit_activity={"act3": activity, "hf": activity})
+    found = only(diagnose(results), "dead_units")
+    assert [(f.path, f.severity) for f in found] == [("act3", "warning"), ("hf", "warning")]
+    assert found[0].message.startswith("26 of 64 units (41%) were active (> 0) < 1% of the time over 45")
+    assert (found[0].evidence["dead"], found[0].evidence["never"], found[0].evidence["input_layer"]) == (26, 0, "fc1")
+    assert only(diagnose(results, dead_unit_activity=0.001), "dead_units") == []  # none below 0.1%
 
 
 def test_symmetry_counts_only_once_training_moved_the_layer() -> None:
@@ -187,3 +199,52 @@ def test_any_results_give_ranked_unique_findings_without_crashing(results: Watch
     ranks = [["error", "warning", "info"].index(f.severity) for f in findings]
     assert ranks == sorted(ranks)
     assert all(f.path is None or f.path in results.layers for f in findings)
+
+
+def test_gradients_across_depth_are_compared_within_a_kind_of_layer() -> None:
+    layers = {"enc.0.query": "Linear", "enc.0.norm": "LayerNorm", "enc.1.query": "Linear", "enc.1.norm": "LayerNorm"}
+    layers["classifier"] = "Linear"
+    healthy = grads(
+        **{"enc.0.query": [2e-5] * 3, "enc.0.norm": [3e-4] * 3, "enc.1.query": [1e-5] * 3, "enc.1.norm": [2e-4] * 3},
+        classifier=[1.0] * 3,
+    )  # queries and norms far below the classifier, as in a healthy BERT or ViT: like their own kind
+    assert only(diagnose(results_with(3, layers=layers, output_grads=healthy)), "vanishing_gradients") == []
+    healthy["enc.0.query"] = {"norm": series(1e-9, 1e-9, 1e-9), "nonfinite": torch.zeros(3)}
+    (found,) = only(diagnose(results_with(3, layers=layers, output_grads=healthy)), "vanishing_gradients")
+    assert (found.path, found.evidence["reference"], found.evidence["kind"]) == (
+        "enc.0.query", "enc.1.query", "Linear enc.*.query"
+    )  # fmt: skip
+    assert found.evidence["ratio"] == pytest.approx(1e-4)
+
+
+def test_vanishing_is_reported_only_where_the_weights_stop_learning() -> None:
+    layers = {str(i): "ReLU" if i % 2 else "Linear" for i in range(7)}
+    values = {"0": 1e-8, "1": 1e-8, "2": 1e-6, "3": 1e-6, "4": 1e-2, "5": 1e-2, "6": 1.0}
+    norms = grads(**{path: [value] * 4 for path, value in values.items()})
+    # past 1e3x below their kind's layer nearest the loss ("6" for Linear, "5" for ReLU): 0, 2 and 1, 3
+
+    def vanishing(typical: float = 1e-3, **ratios: float) -> list[str]:
+        update = {f"{p}.weight": series(*[ratios.get(p, typical)] * 4) for p in ("0", "2", "4", "6")}
+        results = results_with(4, layers=layers, output_grads=norms, update_ratios=update)
+        return [f.path for f in only(diagnose(results), "vanishing_gradients") if f.evidence["across"] == "depth"]
+
+    assert vanishing() == []  # Adam moves every weight alike: nothing stalls
+    assert vanishing(**{"0": 1e-7}) == ["1"]  # below lr_low_ratio: layer 0 and the ReLU after it stall
+    assert vanishing(**{"2": 1e-7}) == ["3"]
+    assert vanishing(0.1, **{"2": 0.1 / 2e3}) == ["3"]  # 2000x below the model's median weight: stalls
+    assert vanishing(0.1, **{"2": 0.1 / 5e2}) == []  # 500x below, above lr_low_ratio: still learns
+    without = results_with(4, layers=layers, output_grads=norms)  # no optimizer: nothing says it learns
+    assert only(diagnose(without), "vanishing_gradients")[0].path == "3"
+
+
+def test_steps_after_a_nan_are_not_read_as_a_gradient_trend() -> None:
+    falling = [1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0]  # zero gradients once everything is NaN
+    results = results_with(
+        7,
+        layers={"0": "Linear", "1": "Linear"},
+        output_grads=grads(**{"0": falling, "1": falling}),
+        losses=series(2.0, 2.0, 2.0, 2.0, float("nan"), float("nan"), float("nan")),
+    )
+    assert only(diagnose(results), "vanishing_gradients") == []
+    results.losses = series(*[2.0] * 7)  # the same collapse with a finite, stalled loss is a trend
+    assert only(diagnose(results), "vanishing_gradients")[0].evidence["across"] == "steps"

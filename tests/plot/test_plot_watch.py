@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 import torch
 
+from hookscope.doctor import diagnose
 from hookscope.plot import (
     UPDATE_RATIO_GUIDE,
+    layer_stats,
     plot_activations,
     plot_gradient_flow,
     plot_histogram,
@@ -90,8 +92,20 @@ def test_histogram_image_is_log1p_counts_with_value_on_y(results: WatchResults) 
 
 def test_unit_activity_counts_dead_units(results: WatchResults) -> None:
     ax = plot_unit_activity(results, "0").axes[0]
-    assert [bar.get_height() for bar in ax.patches] == [0.0, 0.25, 0.5, 1.0]
-    assert ax.get_title() == "unit activity (sorted): 1 of 4 never active"
+    (bars,) = ax.patches
+    assert bars.get_data().values.tolist() == [0.0, 0.25, 0.5, 1.0]  # sorted activity, one step per unit
+    assert ax.get_title() == "units: 1 of 4 active < 1% (1 never)"
+
+
+def test_unit_activity_counts_mostly_dead_units_as_the_doctor_does(results: WatchResults) -> None:
+    activity = torch.tensor([0.0, 0.004, 0.009, 0.0099, 0.01, 0.3, float("nan"), 0.0])
+    results.layers["1"] = "ReLU"
+    results.unit_activity = {"1": activity}
+    (found,) = [f for f in diagnose(results, disable=["unobserved"]) if f.check == "dead_units"]
+    inactive = int((activity[activity.isfinite()] < 0.01).sum())  # 5 of 7 observed units, 2 of them never
+    assert (found.evidence["dead"], found.evidence["units"], found.evidence["never"]) == (inactive, 7, 2)
+    title = plot_unit_activity(results, "1").axes[0].get_title()
+    assert title == f"units: {inactive} of 7 active < 1% (2 never)"
     with pytest.raises(ValueError, match=r"layer must have recorded unit activity, got 'nope'"):
         plot_unit_activity(results, "nope")
 
@@ -157,3 +171,39 @@ def test_a_lone_finite_point_is_drawn_with_a_marker(make_results: Callable[..., 
     results.activations["0"]["mean"][1:] = float("nan")
     (line, *_) = plot_activations(results).axes[0].get_lines()
     assert line.get_marker() == "."
+
+
+def test_a_loss_spanning_less_than_a_decade_has_labelled_y_ticks(results: WatchResults) -> None:
+    results.losses = torch.linspace(2.3, 1.9, results.num_steps)  # log scale, no power of ten inside
+    ax = plot_loss(results).axes[0]
+    ax.figure.canvas.draw()
+    low, high = ax.get_ylim()
+    labels = [(t.get_position()[1], t.get_text()) for t in ax.get_yticklabels() if t.get_text()]
+    inside = [(y, text) for y, text in labels if low <= y <= high]
+    assert ax.get_yscale() == "log" and len(inside) >= 2, labels
+    assert all(float(text) == pytest.approx(y, rel=1e-2) for y, text in inside)  # the label says the value
+
+
+def test_near_zero_captions_name_the_rule_and_the_recorded_threshold(results: WatchResults) -> None:
+    assert plot_activations(results).axes[2].get_title() == "activation % near zero"  # threshold unknown
+    results.meta["near_zero"] = 1e-3
+    assert plot_activations(results).axes[2].get_title() == "activation % |x| ≤ 1e-3"
+    results.meta["near_zero"] = 0.02
+    assert plot_layer(results, "0").axes[1].get_title() == "% |x| ≤ 0.02"
+    fastai = layer_stats(torch.zeros(3), torch.ones(3), torch.full((3,), 0.5), near_zero=0.05)
+    assert [ax.get_title() for ax in fastai.axes] == ["mean", "std", "% x ≤ 0.05"]
+
+
+def test_no_panel_of_a_layer_figure_is_blank(results: WatchResults) -> None:
+    results.layers["1"] = "ReLU"  # no parameters, no histogram, no units: every panel still says something
+    results.activations["1"] = {"mean": torch.zeros(6), "std": torch.ones(6), "near_zero": torch.zeros(6)}
+    results.update_ratios["2.weight"] = torch.zeros(6)  # frozen: nothing > 0 to draw on a log axis
+    for path in ("1", "2"):
+        for ax in plot_layer(results, path).axes:
+            drawn = any(np.isfinite(np.asarray(line.get_ydata(), dtype=float)).any() for line in ax.get_lines())
+            drawn = drawn or bool(ax.get_images()) or bool(ax.patches)
+            assert drawn or [t.get_text() for t in ax.texts], (path, ax.get_title())
+    (ratios,) = [ax for ax in plot_layer(results, "2").axes if ax.get_title() == "update / weight ratio"]
+    assert [t.get_text() for t in ratios.texts if "log scale" in t.get_text()] == [
+        "no value > 0 to draw on a log scale"
+    ]

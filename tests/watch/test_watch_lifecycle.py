@@ -93,18 +93,39 @@ def test_a_deleted_model_is_freed_after_detach() -> None:
     assert w.results().num_steps == 2
 
 
-def test_multihead_attention_out_proj_is_listed_unobserved_with_advice() -> None:
-    class Block(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
-            self.head = nn.Linear(8, 1)
+class AttentionBlock(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+        self.head = nn.Linear(8, 1)
 
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.head(self.attn(x, x, x)[0])
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.attn(x, x, x)[0])
 
-    model = Block()
-    with pytest.warns(UnobservedModuleWarning, match="never calls its out_proj"), watch(model) as w:
+
+def test_multihead_attention_out_proj_is_not_observed_by_default_but_its_parameters_are() -> None:
+    model = AttentionBlock()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing to warn about: out_proj is not selected as a module
+        with watch(model, opt) as w:
+            for _ in range(2):
+                model(torch.randn(2, 5, 8)).sum().backward()
+                opt.step()
+                opt.zero_grad()
+    results = w.results()
+    assert list(results.layers) == ["attn", "head"] and results.unobserved == {}
+    for name in ("attn.out_proj.weight", "attn.out_proj.bias"):
+        assert results.param_grads[name]["norm"].isfinite().all() and (results.update_ratios[name] > 0).all()
+    assert list(results.param_grads) == [name for name, _ in model.named_parameters()]  # model order
+
+
+def test_multihead_attention_out_proj_selected_by_name_is_listed_unobserved_with_advice() -> None:
+    model = AttentionBlock()
+    with (
+        pytest.warns(UnobservedModuleWarning, match="never calls its out_proj"),
+        watch(model, select=["attn", "attn.out_proj"]) as w,
+    ):
         for _ in range(2):
             model(torch.randn(2, 5, 8)).sum().backward()
     results = w.results()
@@ -254,7 +275,7 @@ def test_doctor_warns_once_per_finding() -> None:
         with watch(model, opt, doctor=True, doctor_every=2) as w:
             train(model, opt, 9, w)
     messages = [str(c.message) for c in caught if issubclass(c.category, doctor.DiagnosisWarning)]
-    dead = [m for m in messages if "never active" in m]
+    dead = [m for m in messages if "[dead_units]" in m]
     assert len(dead) == 1 and "'1'" in dead[0]
     assert math.isfinite(float(w.results().activations["1"]["mean"][0]))
 

@@ -23,6 +23,7 @@ class ActivationReading:
 
     paths: list[str]
     with_hist: bool
+    near_zero: float
     hist_bins: int
     hist_range: tuple[float, float] | None
     _records: int
@@ -136,4 +137,4 @@ class ActivationReading:
         """Plot mean, std and % at most near zero of module `idx` over the records; return the Figure."""
         from ..plot import layer_stats
 
-        return layer_stats(*self.layer_stats(idx))
+        return layer_stats(*self.layer_stats(idx), near_zero=self.near_zero)

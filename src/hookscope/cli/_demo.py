@@ -29,9 +29,9 @@ def run_demo(out: Path, epochs: int, fault: str | None, console: Any) -> int:
         f"held-out accuracy: [bold]{run.accuracy:.1%}[/] on {run.test_size} images after {epochs} epochs "
         f"({run.seconds:.1f} s of training)"
     )
-    console.print(_layer_table(run))
+    console.print(_layer_table(run, console.width))
     findings = diagnose(run.results)
-    console.print(format_findings(findings), markup=False, highlight=False, soft_wrap=True)
+    console.print(format_findings(findings, width=max(console.width, 40)), markup=False, highlight=False)
     meta = {"model": "DigitsCNN", "command": _command(epochs, fault), "epochs": epochs, "fault": fault or "none"}
     meta.update(accuracy=round(run.accuracy, 4), learning_rate=run.lr, train_seconds=round(run.seconds, 2))
     page = write_report(out, run.results, summary=model_summary, findings=findings, meta=meta, weights=run.model)
@@ -72,18 +72,24 @@ def _command(epochs: int, fault: str | None) -> str:
     return f"hookscope demo{flags}"
 
 
-def _layer_table(run: DemoRun) -> Any:
-    """Each weighted layer at the last batch: ActivationStats' mean/std/% near zero, the update/weight ratio."""
+def _layer_table(run: DemoRun, width: int) -> Any:
+    """Each weighted layer at the last batch: ActivationStats' mean/std/% near zero (its own rule, `x <= 0.05`),
+    the update/weight ratio; layer paths shortened in the middle to a third of the console's `width`."""
     from rich.table import Table
+
+    from .._text import display_name
+    from ..plot._base import near_zero_caption
 
     table = Table(
         title="at the last batch", caption="activations: ActivationStats; update/weight: weight update monitor"
     )
-    for name in ("layer", "mean", "std", "% near zero", "update / weight"):
-        table.add_column(name, justify="left" if name == "layer" else "right")
+    caption = near_zero_caption(run.activation_stats.near_zero, signed=True)
+    for name in ("layer", "mean", "std", caption, "update / weight"):
+        table.add_column(name, justify="left" if name == "layer" else "right", no_wrap=name == "layer")
     stats, history = run.activation_stats, run.updates.get("update_history", {})
     for index, path in enumerate(stats.paths):
         means, stds, near = (float(series[-1]) for series in stats.layer_stats(index))
         ratio = float((history.get(f"{path}.weight") or [math.nan])[-1])
-        table.add_row(path, f"{means:.3f}", f"{stds:.3f}", f"{near:.0%}", f"{ratio:.1e}")
+        shown = display_name(path, max(width // 3, 12))
+        table.add_row(shown, f"{means:.3f}", f"{stds:.3f}", f"{near:.0%}", f"{ratio:.1e}")
     return table

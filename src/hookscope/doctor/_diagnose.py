@@ -184,8 +184,10 @@ def diagnose(
         ...     layers={"0": "Linear", "1": "ReLU"},
         ...     unit_activity={"1": torch.tensor([0.0, 0.0, 0.0, 0.4])},
         ... )
-        >>> [str(finding) for finding in diagnose(results)]
-        ["warning: [dead_units] '1' at step 2: 3 of 4 units (75%) were never active (> 0) over 3 recorded steps"]
+        >>> [(f.check, f.path, f.step) for f in diagnose(results)]
+        [('dead_units', '1', 2)]
+        >>> diagnose(results)[0].message
+        '3 of 4 units (75%) were active (> 0) < 1% of the time over 3 recorded steps, 3 of them never'
         >>> diagnose(results, dead_unit_fraction=0.8, disable=["unobserved"])
         []
     """

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from .._check import checked
 from .._errors import HookscopeWarning
+from .._text import ROOT, quoted, terminal_width, wrap
 
 __all__ = ["SEVERITIES", "DiagnosisWarning", "Finding", "Severity", "format_findings", "rank_findings"]
 
@@ -72,7 +73,7 @@ class Finding:
         }
 
     def __str__(self) -> str:
-        where = "model" if self.path is None else repr(self.path)
+        where = "model" if self.path is None else repr(self.path) if self.path else ROOT
         when = "" if self.step is None else f" at step {self.step}"
         return f"{self.severity}: [{self.check}] {where}{when}: {self.message}"
 
@@ -109,39 +110,45 @@ def rank_findings(
 
 
 @checked()
-def format_findings(findings: Sequence[Finding], *, limit: int | None = None) -> str:
+def format_findings(findings: Sequence[Finding], *, limit: int | None = None, width: int | None = None) -> str:
     """Render findings as a short numbered list, in the order given (`diagnose` returns them ranked).
 
-    Each finding takes two lines: severity, check, layer, step and message, then the advice.
+    Each finding starts with its severity, check, layer, step and message, then the advice after `->`; lines are
+    wrapped to `width`, and a layer path too long for it is shortened in the middle (`hookscope._text.shorten_path`).
 
     Args:
         findings: the findings to render.
         limit: show at most this many (the rest are counted in a last line); `None` shows all.
+        width: the most characters per line; `None`: the terminal's width (100 when there is no terminal).
 
     Raises:
-        ValueError: `limit` is not a positive int or None.
+        ValueError: `limit` is not a positive int or None, or `width` is not an int >= 40 or None.
 
     Example:
         >>> found = Finding("lr_too_high", "warning", None, 0, "updates 50x the guide", {}, "Lower the lr.")
-        >>> print(format_findings([found]))
+        >>> print(format_findings([found], width=80))
         hookscope doctor: 1 finding (1 warning)
          1. WARNING lr_too_high (model) step 0: updates 50x the guide
             -> Lower the lr.
     """
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ValueError(f"limit must be a positive int or None, got {limit!r}")
+    if width is not None and (isinstance(width, bool) or not isinstance(width, int) or width < 40):
+        raise ValueError(f"width must be an int >= 40 or None (the terminal's width), got {width!r}")
     if not findings:
         return "hookscope doctor: no findings."
+    columns = terminal_width() if width is None else width
     counts = [(s, sum(f.severity == s for f in findings)) for s in SEVERITIES]
     summary = ", ".join(f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts if n)
     lines = [f"hookscope doctor: {len(findings)} finding{'s' if len(findings) != 1 else ''} ({summary})"]
     shown = findings if limit is None else findings[:limit]
     for i, finding in enumerate(shown, 1):
-        where = "(model)" if finding.path is None else repr(finding.path)
+        where = "(model)" if finding.path is None else quoted(finding.path, columns // 2)
         when = "" if finding.step is None else f" step {finding.step}"
-        lines.append(f"{i:>2}. {finding.severity.upper():<7} {finding.check} {where}{when}: {finding.message}")
+        head = f"{i:>2}. {finding.severity.upper():<7} {finding.check} {where}{when}:"
+        lines += wrap(f"{head} {finding.message}", columns, indent="    ")
         if finding.advice:
-            lines.append(f"    -> {finding.advice}")
+            lines += wrap(f"-> {finding.advice}", columns, first="    ", indent="       ")
     if len(shown) < len(findings):
         lines.append(f"    ... and {len(findings) - len(shown)} more")
     return "\n".join(lines)

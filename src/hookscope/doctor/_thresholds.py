@@ -8,10 +8,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._errors import closest_names
+from ..watch._activity import DEAD_UNIT_ACTIVITY
 
 __all__ = ["Thresholds"]
 
-_FRACTIONS = ("lr_layer_fraction", "dead_unit_fraction", "saturation_fraction", "identical_unit_fraction")
+_FRACTIONS = (
+    "lr_layer_fraction", "dead_unit_activity", "dead_unit_fraction", "saturation_fraction", "identical_unit_fraction",
+)  # fmt: skip
 _COUNTS = ("window",)
 _RATIOS = ("grad_depth_ratio", "grad_step_ratio", "init_std_change")
 
@@ -28,7 +31,10 @@ class Thresholds:
             is reported, and the number of first recorded steps that form a baseline; single noisy steps are
             ignored. Runs shorter than `window` use all their steps.
         grad_depth_ratio: output-gradient norms of a layer this many times larger (exploding) or smaller
-            (vanishing) than those of the last layer (the one nearest the loss), at the same step.
+            (vanishing) than those of the layer of the same kind nearest the loss, at the same step (a kind: one
+            module type at one place in repeated blocks, `hookscope.doctor._gradients.layer_kind`). Vanishing is
+            reported only where the weights it reaches also stall: update ratios at or below `lr_low_ratio`, or
+            this many times below the model's median weight (when update ratios were recorded).
         grad_step_ratio: a layer's gradient norm this many times larger (exploding) or smaller (vanishing)
             than its own median over the first `window` recorded steps. Vanishing over steps is only reported
             when the loss was logged and has stalled (see `stalled_loss_fraction`): shrinking gradients are
@@ -42,8 +48,11 @@ class Thresholds:
         lr_layer_fraction: the share of weight tensors (biases and never-updated tensors left out) that must
             be past `lr_high_ratio` at one recorded step, or past `lr_low_ratio` as a median, for the learning
             rate (global) to be blamed.
-        dead_unit_fraction: the share of a ReLU-family layer's units that were never > 0 over all recorded
-            steps at which the layer is reported.
+        dead_unit_activity: a unit of a ReLU-family layer active (> 0) less than this fraction of the time over
+            all recorded steps counts as dead (it passes almost no gradient); the unit-activity plot counts the
+            same way (`hookscope.watch._activity`).
+        dead_unit_fraction: the share of a ReLU-family layer's units that are dead (see `dead_unit_activity`) at
+            which the layer is reported: a warning, an error when every unit was never active at all.
         saturation_fraction: the share of a tanh/sigmoid-family output within 1% of its bounds (the
             `saturated` statistic) at which the layer is reported.
         identical_unit_fraction: the share of a layer's output units identical to another unit (read from the
@@ -62,7 +71,8 @@ class Thresholds:
     lr_high_ratio: float = 1e-1
     lr_low_ratio: float = 1e-5
     lr_layer_fraction: float = 0.5
-    dead_unit_fraction: float = 0.5
+    dead_unit_activity: float = DEAD_UNIT_ACTIVITY
+    dead_unit_fraction: float = 0.25
     saturation_fraction: float = 0.5
     identical_unit_fraction: float = 0.1
     init_std_change: float = 1e3

@@ -6,19 +6,25 @@ modules must be among the watched ones; functional activations (`F.relu` inside 
 
 from __future__ import annotations
 
-import torch
-
 from ..watch import WatchResults
+from ..watch._activity import count_inactive_units
 from ._finding import Finding
 from ._series import first_index, layer_order, module_of, previous_layer, step_at, table, windowed_median
 from ._thresholds import Thresholds
 
-__all__ = ["RELU_FAMILY", "check_dead_units", "check_saturation", "check_symmetry"]
+__all__ = ["RELU_FAMILY", "can_die", "check_dead_units", "check_saturation", "check_symmetry"]
 
 RELU_FAMILY = frozenset(
     {"ReLU", "ReLU6", "LeakyReLU", "PReLU", "RReLU", "ELU", "CELU", "SELU", "GELU", "SiLU", "Mish", "Hardswish"}
 )
 """Module type names whose units can die: output never > 0, so (almost) no gradient flows back through them."""
+_RELU_LIKE = ("ReLU", "GELU", "SiLU", "Swish", "Mish", "ELU")
+
+
+def can_die(kind: str) -> bool:
+    """Whether units of a module of type name `kind` can die: the `RELU_FAMILY`, and library activations and fused
+    modules named after one of them (Hugging Face's `GELUActivation`, `NewGELUActivation`, a `ConvBNReLU` ...)."""
+    return kind in RELU_FAMILY or any(key in kind for key in _RELU_LIKE)
 
 
 def _saw_nonfinite(results: WatchResults, path: str) -> bool:
@@ -27,29 +33,34 @@ def _saw_nonfinite(results: WatchResults, path: str) -> bool:
 
 
 def check_dead_units(results: WatchResults, thresholds: Thresholds) -> list[Finding]:
-    """Report ReLU-family layers where `dead_unit_fraction` of units were never > 0 over the recorded steps."""
+    """Report ReLU-family layers where `dead_unit_fraction` of the units were active (> 0) less than
+    `dead_unit_activity` of the time over the recorded steps (an error when every unit was never active)."""
     found = []
     for path, activity in results.unit_activity.items():
-        kind = results.layers.get(path, "")
-        values = activity.detach().to(torch.float64).reshape(-1)
-        values = values[torch.isfinite(values)]
-        if kind not in RELU_FAMILY or values.numel() == 0 or _saw_nonfinite(results, path):
+        if not can_die(results.layers.get(path, "")) or _saw_nonfinite(results, path):
             continue  # NaN is never > 0: after a non-finite output, inactivity says nothing
-        dead = int((values <= 0).sum())
-        share = dead / values.numel()
-        if share < thresholds.dead_unit_fraction:
+        counts = count_inactive_units(activity, thresholds.dead_unit_activity)
+        if not counts.units or counts.fraction < thresholds.dead_unit_fraction:
             continue
         source = previous_layer(results, path)
         feeder = f"'{source}'" if source else "the layer before it"
         found.append(
             Finding(
                 "dead_units",
-                "error" if dead == values.numel() else "warning",
+                "error" if counts.never == counts.units else "warning",
                 path,
                 step_at(results, results.num_steps - 1),
-                f"{dead} of {values.numel()} units ({share:.0%}) were never active (> 0) over "
-                f"{results.num_steps} recorded steps",
-                {"dead": dead, "units": int(values.numel()), "fraction": share, "input_layer": source},
+                f"{counts.inactive} of {counts.units} units ({counts.fraction:.0%}) were active (> 0) < "
+                f"{thresholds.dead_unit_activity:.0%} of the time over {results.num_steps} recorded steps, "
+                f"{counts.never} of them never",
+                {
+                    "dead": counts.inactive,
+                    "never": counts.never,
+                    "units": counts.units,
+                    "fraction": counts.fraction,
+                    "activity_below": thresholds.dead_unit_activity,
+                    "input_layer": source,
+                },
                 f"Their inputs stay negative: check the bias and initialization of {feeder} and lower the "
                 "learning rate; LeakyReLU/GELU or normalization before the activation also help.",
             )
@@ -66,7 +77,7 @@ def check_saturation(results: WatchResults, thresholds: Thresholds) -> list[Find
     order = layer_order(results)
     found = []
     for path, stats in results.activations.items():
-        if "saturated" not in stats or results.layers.get(path) in RELU_FAMILY:
+        if "saturated" not in stats or can_die(results.layers.get(path, "")):
             continue  # ReLU6 sits at its lower bound whenever it is off: that is inactivity, not saturation
         medians = windowed_median(table([stats["saturated"]])[0], thresholds.window)
         hit = medians >= thresholds.saturation_fraction

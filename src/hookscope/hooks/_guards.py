@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+import weakref
 
 import torch
 import torch.nn as nn
@@ -50,14 +51,24 @@ def check_real_device(module: nn.Module, argument: str = "module") -> None:
             )
 
 
+_WARNED: weakref.WeakSet[nn.Module] = weakref.WeakSet()  # compiled models already warned about
+
+
 @checked(stacklevel=POSITIVE)
 def warn_if_compiled(model: nn.Module, stacklevel: int = 3) -> None:
-    """Warn that torch.compile ignores hooks added after its first call on `model`."""
-    if is_compiled(model):
+    """Warn, once per compiled model, that hooks added after its first compiled call may not fire.
+
+    torch.compile does not recompile when hooks are added (it does not guard on them): a graph compiled before
+    runs without them until something else makes it recompile (a new input shape or dtype, a train/eval switch).
+    """
+    if is_compiled(model) and model not in _WARNED:
+        _WARNED.add(model)
         warnings.warn(
-            f"hooks are being attached to a torch.compile'd {type(model).__name__}: if it has already run, "
-            "torch.compile ignores hooks added after its first call and they will record nothing. Attach "
-            "hookscope to the model before compiling it (or call torch._dynamo.reset() to force a recompile).",
+            f"hooks are being attached to a torch.compile'd {type(model).__name__}: if it has already run, its "
+            "compiled graph runs without them until torch.compile recompiles it (a new input shape or dtype, a "
+            "train/eval switch), and until then the hooked modules record nothing (they are listed as "
+            "unobserved). Attach hookscope before compiling the model, or call torch._dynamo.reset() after "
+            "attaching to recompile with the hooks now.",
             CompiledModelWarning,
             stacklevel=stacklevel,
         )

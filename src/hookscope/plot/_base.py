@@ -2,50 +2,56 @@
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
+from .._text import display_name
+
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-from .._check import checked
-
 __all__ = [
+    "LABEL_WIDTH",
     "MAX_LEGEND",
     "as_array",
     "axes_or_new",
     "draw_lines",
+    "few_ticks",
     "label",
-    "neutralize",
+    "near_zero_caption",
     "new_figure",
     "nonfinite_note",
     "steps_of",
 ]
 
-_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
-
 MAX_LEGEND = 12
 """Above this many lines a panel colours lines by depth and leaves the legend out."""
+LABEL_WIDTH = 60
+"""The most characters of a name a title or legend shows (`hookscope._text.shorten_path`; the data keeps it whole)."""
 
 
-@checked()
-def neutralize(value: object) -> str:
-    """Return `str(value)` with bidi controls and other control/format characters shown as `<U+XXXX>`."""
-    out = []
-    for char in str(value):
-        visible = char in "\t\n" or (char not in _BIDI and unicodedata.category(char) not in ("Cc", "Cf", "Cs"))
-        out.append(char if visible else f"<U+{ord(char):04X}>")
-    return "".join(out)
+def label(name: object, width: int = LABEL_WIDTH) -> str:
+    """Return a name as matplotlib text: neutralized, shortened to `width`, `(root)` for `""`, `$` kept literal."""
+    return display_name(name, width).replace("$", r"\$")
 
 
-def label(name: object) -> str:
-    """Return a name as matplotlib text that shows it literally (neutralized, `$` not read as mathtext)."""
-    return neutralize(name).replace("$", r"\$") or "(root)"
+def near_zero_caption(threshold: object, *, signed: bool = False) -> str:
+    """Name a near-zero percentage by its rule: `% |x| ≤ 1e-3` (watch), `% x ≤ 0.05` (`signed`: ActivationStats'
+    fastai rule); `% near zero` when the threshold is unknown (results saved without it).
+
+    >>> near_zero_caption(1e-3), near_zero_caption(0.05, signed=True), near_zero_caption(None)
+    ('% |x| ≤ 1e-3', '% x ≤ 0.05', '% near zero')
+    """
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
+        return "% near zero"
+    shown = f"{threshold:.3g}"
+    if 0 < threshold < 0.01:
+        shown = f"{threshold:.0e}".replace("e-0", "e-")
+    return f"% x ≤ {shown}" if signed else f"% |x| ≤ {shown}"
 
 
 def new_figure(nrows: int = 1, ncols: int = 1, figsize: tuple[float, float] = (8.0, 4.0)) -> tuple[Figure, Any]:
@@ -53,12 +59,14 @@ def new_figure(nrows: int = 1, ncols: int = 1, figsize: tuple[float, float] = (8
 
     The figure renders with the Agg canvas, so nothing here needs a display.
     """
+    from matplotlib import rc_context
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     figure = Figure(figsize=figsize)
     FigureCanvasAgg(figure)
-    axes = figure.subplots(nrows, ncols, squeeze=False)
+    with rc_context({"axes.titley": 1.0}):  # a fixed title place: placing it automatically measures every tick
+        axes = figure.subplots(nrows, ncols, squeeze=False)
     # Fixed margins: constrained/tight layout cost more than the drawing itself.
     top = 1.0 - 0.75 / figsize[1]
     figure.subplots_adjust(left=0.08, right=0.98, bottom=0.55 / figsize[1], top=top, wspace=0.3, hspace=0.45)
@@ -92,13 +100,27 @@ def steps_of(results: Any) -> np.ndarray[Any, Any]:
     return steps
 
 
-def _log_axis(ax: Axes) -> None:
-    """Use a log y axis with plain `1e-03` labels (mathtext tick labels cost more than the rest of the figure)."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
+def few_ticks(ax: Axes, y: bool = True) -> None:
+    """At most about 4 labelled ticks per axis (whole steps on x): each tick costs more to draw than a line."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=4, integer=True))
+    if y:
+        ax.yaxis.set_major_locator(MaxNLocator(nbins=4))
+
+
+def _log_axis(ax: Axes, low: float, high: float) -> None:
+    """Use a log y axis for values in [low, high] with plain tick labels (mathtext ones cost more than the rest of
+    the figure); within one decade, where a log axis has no labelled tick, ticks are placed inside the range."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullLocator
 
     ax.set_yscale("log")
-    ax.yaxis.set_major_locator(LogLocator(numticks=6))
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:.0e}"))
+    if high >= 10 * low:
+        ax.yaxis.set_major_locator(LogLocator(numticks=6))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:.0e}"))
+    else:
+        ax.yaxis.set_major_locator(MaxNLocator(nbins=4, min_n_ticks=2))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:.3g}"))
     ax.yaxis.set_minor_locator(NullLocator())
 
 
@@ -111,31 +133,43 @@ def draw_lines(
     ylabel: str,
     log: bool = False,
 ) -> None:
-    """Draw one line per named series on `ax`; a legend when there are few, colour by order when many."""
+    """Draw one line per named series on `ax`; a legend when there are few, colour by order when many.
+
+    With `log`, values <= 0 are left out (a gap). A panel with nothing to draw says why instead of staying blank.
+    """
     from matplotlib import colormaps
 
     if len(series) <= 10:  # few lines: distinct colours, named in the legend
         colours = colormaps["tab10"](np.arange(max(len(series), 1)))
     else:  # many: dark to light in model order
         colours = colormaps["viridis"](np.linspace(0.0, 0.9, len(series)))
-    for (name, values), colour in zip(series.items(), colours, strict=False):
-        shown = np.where(values > 0, values, np.nan) if log else values
+    drawn = {name: np.where(values > 0, values, np.nan) if log else values for name, values in series.items()}
+    for (name, shown), colour in zip(drawn.items(), colours, strict=False):
         marker = "." if np.count_nonzero(np.isfinite(shown)) < 40 else None  # lone points stay visible
         ax.plot(x[: len(shown)], shown, label=label(name), color=colour, linewidth=1.2, marker=marker, markersize=4)
-    if log and any(np.nanmax(v, initial=0.0) > 0 for v in series.values() if v.size):
-        _log_axis(ax)
+    finite = np.concatenate([v[np.isfinite(v)] for v in drawn.values()]) if drawn else np.zeros(0)
+    few_ticks(ax)
+    if log and finite.size:
+        _log_axis(ax, float(finite.min()), float(finite.max()))
     ax.set_title(title)
     ax.set_xlabel("step")
     ax.set_ylabel(ylabel)
     if not series:
         ax.text(0.5, 0.5, "nothing recorded", ha="center", va="center", transform=ax.transAxes)
-    elif not any(np.isfinite(values).any() for values in series.values()):
-        message = "no finite values: NaN/Inf, or never observed"
+    elif not finite.size:
+        message = "no value > 0 to draw on a log scale" if log and _any_finite(series) else NO_FINITE
         ax.text(0.5, 0.5, message, ha="center", va="center", color="crimson", transform=ax.transAxes)
     if series and len(series) <= MAX_LEGEND:
         ax.legend(fontsize="x-small", loc="best", framealpha=0.6)
     elif series:
         ax.text(0.01, 0.99, f"{len(series)} series, dark = first", va="top", fontsize="small", transform=ax.transAxes)
+
+
+NO_FINITE = "no finite values: NaN/Inf, or never observed"
+
+
+def _any_finite(series: dict[str, np.ndarray[Any, Any]]) -> bool:
+    return any(np.isfinite(values).any() for values in series.values())
 
 
 def nonfinite_note(ax: Axes, x: np.ndarray[Any, Any], counts: Any, what: str) -> None:

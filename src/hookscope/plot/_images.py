@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from .._check import FIGSIZE, checked
-from ._base import as_array, axes_or_new, new_figure
+from .._check import FIGSIZE, FINITE, NON_NEGATIVE, checked
+from ._base import as_array, axes_or_new, near_zero_caption, new_figure
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -47,9 +47,14 @@ def color_dim(
     return figure
 
 
-@checked(figsize=FIGSIZE)
+@checked(figsize=FIGSIZE, near_zero=(FINITE, NON_NEGATIVE))
 def layer_stats(
-    means: Series, stds: Series, near_zeros: Series, figsize: tuple[float, float] = (12, 3.5), title: str = ""
+    means: Series,
+    stds: Series,
+    near_zeros: Series,
+    figsize: tuple[float, float] = (12, 3.5),
+    title: str = "",
+    near_zero: float | None = None,
 ) -> Figure:
     """Draw a layer's activation mean, std and % near zero over records, in three panels (fastai's layout).
 
@@ -59,6 +64,8 @@ def layer_stats(
         near_zeros: (records,) fraction of output values near zero per record (drawn as a percentage).
         figsize: The size of the figure.
         title: A title over the three panels (e.g. the layer's path).
+        near_zero: The threshold of ActivationStats' signed rule `x <= near_zero`, named in the third panel's
+            title (`% x ≤ 0.05`); `None`: `% near zero`.
 
     Returns:
         A new figure with three axes.
@@ -71,7 +78,8 @@ def layer_stats(
         shapes = [tuple(column.shape) for column in columns]
         raise ValueError(f"means, stds and near_zeros must have the same shape, got {shapes}")
     figure, axes = new_figure(1, 3, figsize)
-    for ax, values, name in zip(axes[0], columns, ("mean", "std", "% near zero"), strict=True):
+    captions = ("mean", "std", near_zero_caption(near_zero, signed=True))
+    for ax, values, name in zip(axes[0], columns, captions, strict=True):
         ax.plot(np.arange(len(values)), values)
         ax.set_title(name)
         ax.set_xlabel("record")

@@ -9,7 +9,18 @@ import numpy as np
 
 from .._check import FINITE, POSITIVE, checked
 from .._errors import unknown_name
-from ._base import as_array, axes_or_new, draw_lines, label, new_figure, nonfinite_note, steps_of
+from ..watch._activity import DEAD_UNIT_ACTIVITY, count_inactive_units
+from ._base import (
+    as_array,
+    axes_or_new,
+    draw_lines,
+    few_ticks,
+    label,
+    near_zero_caption,
+    new_figure,
+    nonfinite_note,
+    steps_of,
+)
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -68,7 +79,8 @@ def params_of(results: WatchResults, path: str) -> list[str]:
 
 @checked()
 def plot_activations(results: WatchResults, layers: Iterable[str] | None = None) -> Figure:
-    """Draw each layer's output mean, std and % near zero over steps, one line per layer, in three panels.
+    """Draw each layer's output mean, std and % near zero (`|x| <= results.meta["near_zero"]`) over steps, one line
+    per layer, in three panels.
 
     Raises:
         ValueError: A name in `layers` was not recorded.
@@ -76,8 +88,9 @@ def plot_activations(results: WatchResults, layers: Iterable[str] | None = None)
     picked = _pick(results, results.activations, layers, "layers")
     figure, axes = new_figure(1, 3, (14, 4))
     x = steps_of(results)
+    near = near_zero_caption(results.meta.get("near_zero"))
     for ax, stat, caption, scale in zip(
-        axes[0], ("mean", "std", "near_zero"), ("mean", "std", "% near zero"), (1.0, 1.0, 100.0), strict=True
+        axes[0], ("mean", "std", "near_zero"), ("mean", "std", near), (1.0, 1.0, 100.0), strict=True
     ):
         series = {p: as_array(results.activations[p][stat]) * scale for p in picked if stat in results.activations[p]}
         draw_lines(ax, x, series, title=f"activation {caption}", ylabel=caption)
@@ -126,7 +139,8 @@ def plot_update_ratios(
 
 def _guide_line(ax: Axes, guide: float) -> None:
     ax.axhline(guide, color="crimson", linestyle="--", linewidth=1.0)
-    ax.text(0.99, guide, f"{guide:g}", color="crimson", ha="right", va="bottom", transform=ax.get_yaxis_transform())
+    transform = ax.get_yaxis_transform()
+    ax.text(0.99, guide, f"{guide:g}", color="crimson", ha="right", va="bottom", transform=transform, clip_on=True)
 
 
 @checked()
@@ -162,6 +176,7 @@ def plot_histogram(results: WatchResults, layer: str, ax: Axes | None = None) ->
     figure, ax = axes_or_new(ax, (9, 4))
     extent = (float(x[0]) if len(x) else 0.0, float(x[-1]) + 1 if len(x) else 1.0, float(edges[0]), float(edges[-1]))
     ax.imshow(image, origin="lower", aspect="auto", interpolation="nearest", cmap="viridis", extent=extent)
+    few_ticks(ax)
     ax.set_title("output histogram (log1p counts)")
     ax.set_xlabel("step")
     ax.set_ylabel("value")
@@ -170,7 +185,8 @@ def plot_histogram(results: WatchResults, layer: str, ax: Axes | None = None) ->
 
 @checked()
 def plot_unit_activity(results: WatchResults, layer: str, ax: Axes | None = None) -> Figure:
-    """Draw the fraction of positive outputs of each unit of `layer`, sorted (dead units sit at 0).
+    """Draw the fraction of positive outputs of each unit of `layer`, sorted; the title counts the units active
+    less than `DEAD_UNIT_ACTIVITY` of the time (dead, as the doctor counts them) and those never active.
 
     Raises:
         ValueError: No unit activity was recorded for `layer`.
@@ -178,11 +194,16 @@ def plot_unit_activity(results: WatchResults, layer: str, ax: Axes | None = None
     if layer not in results.unit_activity:
         raise ValueError(f"layer must have recorded unit activity, got {layer!r}")
     activity = np.sort(as_array(results.unit_activity[layer]))
+    counts = count_inactive_units(results.unit_activity[layer])
     figure, ax = axes_or_new(ax, (6, 3.5))
-    ax.bar(np.arange(len(activity)), activity, width=1.0, color="teal")
-    dead = int(np.sum(activity == 0))
-    ax.set_title(f"unit activity (sorted): {dead} of {len(activity)} never active")
-    ax.set_xlabel("unit")
+    ax.stairs(activity, np.arange(len(activity) + 1.0), fill=True, color="teal")  # one artist, not one per unit
+    ax.axhline(DEAD_UNIT_ACTIVITY, color="crimson", linestyle="--", linewidth=1.0)
+    ax.set_title(
+        f"units: {counts.inactive} of {counts.units} active < {DEAD_UNIT_ACTIVITY:.0%} ({counts.never} never)",
+        fontsize="medium",
+    )
+    few_ticks(ax)
+    ax.set_xlabel("unit (sorted)")
     ax.set_ylabel("fraction > 0")
     ax.set_ylim(0, 1.05)
     return figure
@@ -191,7 +212,7 @@ def plot_unit_activity(results: WatchResults, layer: str, ax: Axes | None = None
 @checked()
 def plot_layer(results: WatchResults, path: str) -> Figure:
     """Draw one layer at a glance: activation mean/std, % near zero, gradient norms, update ratios, histogram and
-    unit activity (panels with nothing recorded say so).
+    unit activity (a panel with nothing recorded says so).
 
     Raises:
         ValueError: `path` is not a layer of `results`.
@@ -206,17 +227,23 @@ def plot_layer(results: WatchResults, path: str) -> Figure:
     }
     draw_lines(axes[0][0], x, moments, title="activation mean / std", ylabel="value")
     nonfinite_note(axes[0][0], x, stats.get("nonfinite"), "outputs")
-    near = {"near zero": as_array(stats["near_zero"]) * 100.0} if "near_zero" in stats else {}
-    draw_lines(axes[0][1], x, near, title="% near zero", ylabel="%")
+    caption = near_zero_caption(results.meta.get("near_zero"))
+    near = {caption: as_array(stats["near_zero"]) * 100.0} if "near_zero" in stats else {}
+    draw_lines(axes[0][1], x, near, title=caption, ylabel="%")
     _layer_gradients(axes[0][2], results, path, x)
-    params = params_of(results, path)
-    ratios = {name: as_array(results.update_ratios[name]) for name in params if name in results.update_ratios}
-    draw_lines(axes[1][0], x, ratios, title="update / weight ratio", ylabel="||dW|| / ||W||", log=True)
-    _guide_line(axes[1][0], UPDATE_RATIO_GUIDE)
-    _optional(axes[1][1], path in results.histograms, lambda ax: plot_histogram(results, path, ax), "histogram")
-    _optional(axes[1][2], path in results.unit_activity, lambda ax: plot_unit_activity(results, path, ax), "units")
+    params = [name for name in params_of(results, path) if name in results.update_ratios]
+    ratios = {name: as_array(results.update_ratios[name]) for name in params}
+    _optional(axes[1][0], bool(ratios), lambda ax: _layer_ratios(ax, x, ratios), NO_RATIOS)
+    _optional(axes[1][1], path in results.histograms, lambda ax: plot_histogram(results, path, ax), NO_HISTOGRAM)
+    _optional(axes[1][2], path in results.unit_activity, lambda ax: plot_unit_activity(results, path, ax), NO_UNITS)
     figure.suptitle(f"{label(path)} ({label(results.layers.get(path, '?'))})")
     return figure
+
+
+def _layer_ratios(ax: Axes, x: np.ndarray[Any, Any], ratios: dict[str, np.ndarray[Any, Any]]) -> None:
+    shown = {name.rpartition(".")[2]: values for name, values in ratios.items()}
+    draw_lines(ax, x, shown, title="update / weight ratio", ylabel="||dW|| / ||W||", log=True)
+    _guide_line(ax, UPDATE_RATIO_GUIDE)
 
 
 def _layer_gradients(ax: Axes, results: WatchResults, path: str, x: np.ndarray[Any, Any]) -> None:
@@ -230,9 +257,14 @@ def _layer_gradients(ax: Axes, results: WatchResults, path: str, x: np.ndarray[A
     nonfinite_note(ax, x, results.output_grads.get(path, {}).get("nonfinite"), "gradients")
 
 
-def _optional(ax: Axes, present: bool, draw: Any, what: str) -> None:
+NO_RATIOS = "no update ratio recorded\n(no parameters of its own, or no optimizer)"
+NO_HISTOGRAM = "no histogram recorded"
+NO_UNITS = "no unit activity recorded"
+
+
+def _optional(ax: Axes, present: bool, draw: Any, message: str) -> None:
     if present:
         draw(ax)
     else:
-        ax.text(0.5, 0.5, f"no {what} recorded", ha="center", va="center", transform=ax.transAxes)
+        ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes)
         ax.set_axis_off()

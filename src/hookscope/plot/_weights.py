@@ -87,7 +87,7 @@ def plot_weight_histograms(histograms: Histograms) -> Figure:
         if not np.nansum(counts):
             ax.text(0.5, 0.5, "no finite values", ha="center", va="center", color="crimson", transform=ax.transAxes)
     for ax in flat[len(names) :]:
-        ax.set_axis_off()
+        figure.delaxes(ax)  # the grid's unused places: no empty panel
     hidden = len(histograms) - len(names)
     figure.suptitle("weight distributions" + (f" ({hidden} more parameters not drawn)" if hidden else ""))
     return figure

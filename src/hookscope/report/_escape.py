@@ -7,7 +7,7 @@ import re
 import unicodedata
 
 from .._check import checked
-from ..plot._base import neutralize
+from .._text import neutralize
 
 __all__ = ["neutralize", "safe_filename", "text"]
 

@@ -7,16 +7,20 @@ import io
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from .._text import display_name
 from ._data import DOCUMENT_FILE, RESULTS_FILE, WEIGHTS_FILE, ReportData
 from ._escape import text
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["CSP", "MAX_LAYERS", "figure_img", "render_page"]
+__all__ = ["CSP", "MAX_LAYERS", "NAME_WIDTH", "figure_img", "render_page"]
 
 MAX_LAYERS = 100
 """The most layers drawn one by one; the others are named with a count (their series stay in the data file)."""
+NAME_WIDTH = 120
+"""The most characters of a layer name the page shows (shortened in the middle; the full name is in the data files
+and, for headings, in the tooltip)."""
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:0 auto;max-width:1280px;padding:0 1.5em 3em;color:#1d2330}
@@ -93,9 +97,8 @@ def _finding(finding: dict[str, Any]) -> str:
     css = severity if severity in ("error", "critical", "warning", "info") else "info"
     check = finding.get("check") or finding.get("name") or finding.get("code") or ""
     where = finding.get("path", finding.get("layer"))
-    place = " · ".join(
-        part for part in (f"layer {where!s}" if where not in (None, "") else "", _step(finding.get("step"))) if part
-    )
+    layer = "" if where is None else f"layer {display_name(where, NAME_WIDTH)}"
+    place = " · ".join(part for part in (layer, _step(finding.get("step"))) if part)
     parts = [f"<span class='badge'>{text(severity)}</span><strong>{text(check)}</strong> <span class='muted'>"]
     parts.append(f"{text(place)}</span>")
     if finding.get("message"):
@@ -135,7 +138,7 @@ def _summary_cell(row: dict[str, Any], column: str) -> Any:
     value = row.get(column)
     if column == "path":
         depth = row["depth"] if isinstance(row.get("depth"), int) else 0
-        return "\u00a0\u00a0" * depth + (str(value) if value else "(root)")
+        return "\u00a0\u00a0" * depth + display_name(value or "", NAME_WIDTH)
     if isinstance(value, list) and column != "path":
         return str(value) if value else ""
     return value
@@ -168,14 +171,15 @@ def _layers(data: ReportData) -> str:
     parts = []
     for index, path in enumerate(paths[:MAX_LAYERS]):
         kind = results.layers.get(path, "?")
-        heading = f"<h3>{text(path or '(root)')} <span class='muted'>{text(kind)}</span></h3>"
+        shown = display_name(path, NAME_WIDTH)
+        heading = f"<h3 title='{text(path)}'>{text(shown)} <span class='muted'>{text(kind)}</span></h3>"
         if path in results.unobserved and path not in results.activations:
             body = f"<p class='muted'>Never observed: {text(results.unobserved[path])}</p>"
         else:
-            body = figure_img(plot_layer(results, path), f"plots of layer {path}")
+            body = figure_img(plot_layer(results, path), f"plots of layer {shown}")
         parts.append(f"<section class='layer' id='layer-{index}'>{heading}{body}</section>")
     if len(paths) > MAX_LAYERS:
-        rest = ", ".join(paths[MAX_LAYERS:])
+        rest = ", ".join(display_name(path, NAME_WIDTH) for path in paths[MAX_LAYERS:])
         parts.append(f"<p class='muted'>{len(paths) - MAX_LAYERS} more layers not drawn: {text(rest)}.</p>")
     return f"<section id='layers'><h2>Layers</h2>{''.join(parts) or '<p>No layers were watched.</p>'}</section>"
 
@@ -184,10 +188,12 @@ def _details(data: ReportData) -> str:
     results = data.results
     parts = [_table(("key", "value"), sorted((k, str(v)) for k, v in data.meta.items()))]
     for direction, where in results.first_nonfinite.items():
-        if where:
-            parts.append(f"<p>First non-finite value in {text(direction)}: {text(where)}</p>")
+        if isinstance(where, dict):
+            at = f"{display_name(where.get('path', ''), NAME_WIDTH)} at step {where.get('step')}"
+            parts.append(f"<p>First non-finite value in {text(direction)}: {text(at)}</p>")
     if results.unobserved:
-        parts.append("<h3>Selected but never observed</h3>" + _table(("layer", "why"), results.unobserved.items()))
+        rows = ((display_name(path, NAME_WIDTH), why) for path, why in results.unobserved.items())
+        parts.append("<h3>Selected but never observed</h3>" + _table(("layer", "why"), rows))
     if results.dropped:
         parts.append("<h3>Observations not kept</h3>" + _table(("reason", "count"), results.dropped.items()))
     names = (RESULTS_FILE, DOCUMENT_FILE, *((WEIGHTS_FILE,) if data.weights else ()))

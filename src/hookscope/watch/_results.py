@@ -18,6 +18,7 @@ import torch
 from .._check import hint_for
 from .._io import load_bundle, save_bundle
 from .._schema import FLOAT, INT, Int, Json, ListOf, MapOf, Optional, Record, SchemaError, Str, Tensor, check
+from .._text import display_name, quoted, shorten_middle, terminal_width, wrap
 from ..stats import STATISTICS
 
 __all__ = [
@@ -46,6 +47,9 @@ GRAD_STATS = ("norm", "nonfinite")
 of non-finite values (in a large gradient that holds some, the norm and the count are estimated from a sample)."""
 
 _KIND = "watch_results"
+_FIGURES = ("mean", "std", "grad norm", "nonfinite")
+_MIN_NAME = 8  # the narrowest layer column
+_FIGURE = 9  # the width of one figure: `.3g` of a float32 takes at most 9 characters (-1.23e-05)
 
 
 @dataclass
@@ -120,30 +124,34 @@ class WatchResults:
             out["losses"] = {"loss": {"loss": self.losses}}
         return out
 
-    def summary(self, max_layers: int = 20) -> str:
+    def summary(self, max_layers: int = 20, width: int | None = None) -> str:
         """Return a short text table: per layer, the last recorded step's activation and gradient figures.
+
+        Args:
+            max_layers: show at most this many layers (the rest are counted).
+            width: the most characters per line; layer paths and types are shortened in the middle to fit
+                (`hookscope._text.shorten_path`, numbers kept whole). `None`: the terminal's width (100 without one).
 
         Example:
             >>> print(WatchResults().summary())
             WatchResults: 0 recorded steps, 0 layers
         """
+        columns = terminal_width() if width is None else width
+        if isinstance(columns, bool) or not isinstance(columns, int) or columns < 60:
+            raise ValueError(f"width must be an int >= 60 or None (the terminal's width), got {width!r}")
         lines = [f"WatchResults: {self.num_steps} recorded steps, {len(self.layers)} layers"]
         if self.num_steps and self.layers:
-            lines.append(f"{'layer':<28} {'type':<12} {'mean':>10} {'std':>10} {'grad norm':>10} {'nonfinite':>9}")
-            for path in list(self.layers)[:max_layers]:
-                act, grad = self.activations.get(path, {}), self.output_grads.get(path, {})
-                cells = [_last(act.get(name)) for name in ("mean", "std")] + [_last(grad.get("norm"))]
-                cells.append(_last(act.get("nonfinite")))
-                name = path if len(path) <= 28 else "..." + path[-25:]
-                lines.append(f"{name:<28} {self.layers[path]:<12} " + " ".join(f"{c:>10.4g}" for c in cells))
+            lines += self._layer_rows(list(self.layers)[:max_layers], columns)
             if len(self.layers) > max_layers:
                 lines.append(f"... {len(self.layers) - max_layers} more layers")
         if self.losses is not None and self.losses.numel():
             lines.append(f"loss: first {float(self.losses[0]):.4g}, last {float(self.losses[-1]):.4g}")
         for direction, hit in (self.first_nonfinite or {}).items():
             if hit:
-                lines.append(f"first non-finite ({direction}): {hit['path']!r} at step {hit['step']}")
-        lines += [f"unobserved: {path!r}: {reason}" for path, reason in self.unobserved.items()]
+                where = quoted(hit["path"], columns // 2)
+                lines.append(f"first non-finite ({direction}): {where} at step {hit['step']}")
+        for path, reason in self.unobserved.items():
+            lines += wrap(f"unobserved: {quoted(path, columns // 2)}: {reason}", columns, indent="    ")
         if self.skipped_steps:
             shown = ", ".join(map(str, self.skipped_steps[:10])) + (" ..." if len(self.skipped_steps) > 10 else "")
             lines.append(f"skipped by the loss scaler ({len(self.skipped_steps)}): steps {shown}")
@@ -152,6 +160,20 @@ class WatchResults:
                 "not kept: " + ", ".join(f"{reason} {count}" for reason, count in sorted(self.dropped.items()))
             )
         return "\n".join(lines)
+
+    def _layer_rows(self, paths: list[str], columns: int) -> list[str]:
+        """The header and one row per layer of `summary`, `columns` wide."""
+        figures = len(_FIGURES) * (_FIGURE + 1)
+        kind = max(min(max(len(self.layers[p]) for p in paths), 16, columns - figures - _MIN_NAME - 1), len("type"))
+        name = columns - kind - 1 - figures
+        rows = [f"{'layer':<{name}} {'type':<{kind}}" + "".join(f" {h:>{_FIGURE}}" for h in _FIGURES)]
+        for path in paths:
+            act, grad = self.activations.get(path, {}), self.output_grads.get(path, {})
+            cells = [_last(act.get(stat)) for stat in ("mean", "std")] + [_last(grad.get("norm"))]
+            cells.append(_last(act.get("nonfinite")))
+            layer, kind_name = display_name(path, name), shorten_middle(self.layers[path], kind)
+            rows.append(f"{layer:<{name}} {kind_name:<{kind}}" + "".join(f" {c:>{_FIGURE}.3g}" for c in cells))
+        return rows
 
     def to_records(self) -> list[dict[str, Any]]:
         """Long-format rows `{step, group, name, stat, value}`, one per recorded value (NaN rows skipped)."""

@@ -24,30 +24,13 @@ from ._options import GROUPS, WatchOptions
 from ._recorder import Recorder
 from ._results import WatchResults
 from ._scaler import GradScalerSteps, check_scaler
+from ._selection import ACTIVATION_TYPES, default_selection, default_selector
 from ._sinks import Sink
 from ._state import apply_pending_state, check_pending_state, load_watch_state, watch_state
 from ._stepping import WatchSteps
 from ._store import SeriesStore
 
 __all__ = ["ACTIVATION_TYPES", "Watch", "default_selector"]
-
-ACTIVATION_TYPES: tuple[type[nn.Module], ...] = (
-    nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.RReLU, nn.ELU, nn.CELU, nn.SELU, nn.GELU, nn.SiLU, nn.Mish, nn.Hardswish,
-    nn.Tanh, nn.Sigmoid, nn.Hardtanh, nn.Hardsigmoid, nn.Softsign,
-)  # fmt: skip
-"""Activation modules `watch()` observes by default besides the modules with parameters (dead units, saturation)."""
-
-
-@checked()
-def default_selector(path: str, module: nn.Module) -> bool:
-    """`watch()`'s default: modules with parameters of their own, and activation modules.
-
-    Activation modules are those of `ACTIVATION_TYPES` and, for libraries with their own (Hugging Face's
-    `GELUActivation` ...), modules whose class name ends with `Activation`.
-    """
-    if isinstance(module, ACTIVATION_TYPES) or type(module).__name__.endswith("Activation"):
-        return True
-    return next(iter(module.parameters(recurse=False)), None) is not None
 
 
 class Watch(WatchSteps, Callback):
@@ -187,10 +170,13 @@ class Watch(WatchSteps, Callback):
                 "scaler needs the optimizer (a skipped step is an optimizer step that did not happen): pass "
                 "watch(model, optimizer, scaler=scaler)"
             )
-        modules = choose_modules(model, default_selector if self.select is None else self.select, "select")
+        if self.select is None:
+            modules, owners = default_selection(model)
+        else:
+            modules = owners = choose_modules(model, self.select, "select")
         params = [
             (normalize_path(f"{path}.{name}" if path else name), p)
-            for path, module in modules
+            for path, module in owners
             for name, p in module.named_parameters(recurse=False)
             if p.requires_grad
         ]
