@@ -1,8 +1,12 @@
 """Large tensors described from a sample: exact where promised, within the bounds elsewhere, on adversarial layouts.
 
 Bounds (the issue's): relative error of std <= 2 %, near-zero fraction and each histogram bin's share of the mass
-within 0.01 absolute. Exact: count, mean, min, max and whether a value is non-finite. Each layout is checked on
-several independent samples (fresh random starts), against the oracle of the whole tensor.
+within 0.01 absolute. Where the values themselves are random (a ReLU's zeros, half the values zero at random, an
+outlier feature's Gaussian values), a fraction p estimated from a sample of n values has a standard error of
+sqrt(p (1 - p) / n): 0.0055 at p = 0.5 and n = 8192, so 0.01 is under two standard errors there and no sample of that
+size can promise it. Each fraction is held to the larger of 0.01 and three standard errors of its true value.
+Exact: count, mean, min, max and whether a value is non-finite. Each layout is checked on several independent samples
+(fresh random starts), against the oracle of the whole tensor.
 """
 
 from __future__ import annotations
@@ -65,22 +69,25 @@ def test_sampled_statistics_are_within_the_bounds(layout: str, dtype: torch.dtyp
     assert exponent is not None
     truth = auto_shares(values, bins, exponent)
     sampler = stats.Sampler(seed=1)
-    # The issue's bound (0.01) on structured layouts; values independent at random (`half_zero`) get the
-    # binomial worst case, 3 standard errors of a fraction of 0.5 over the sample.
-    bound = 0.01 if layout != "half_zero" else 1.5 / math.sqrt(stats.SAMPLE_SIZE)
     for _ in range(5):
         described = stats.describe_large(x, stats.Spec(), sampler)
         got = dict(zip(stats.STATISTICS, stats.finalize(described.record).tolist(), strict=True))
+        n = described.values.numel()  # the sample's size
         assert got["sampled"] == 1.0
         assert got["count"] == wanted.count and got["nonfinite"] == 0
         assert got["min"] == wanted.min and got["max"] == wanted.max
         assert got["mean"] == pytest.approx(wanted.mean, rel=1e-5, abs=1e-6 * wanted.std)
         assert got["std"] == pytest.approx(wanted.std, rel=0.02)
-        assert abs(got["near_zero"] - wanted.near_zero) <= bound
+        assert abs(got["near_zero"] - wanted.near_zero) <= _bound(np.array(wanted.near_zero), n)
         largest = max(abs(got["min"]), abs(got["max"]))
         hist = stats.counts(described.values, described.finite, bins, stats.exponent_of(torch.tensor(largest)))
         share = hist[:bins].numpy() / float(hist[:bins].sum())
-        assert np.abs(share - truth).max() <= bound
+        assert (np.abs(share - truth) <= _bound(truth, n)).all()
+
+
+def _bound(fraction: np.ndarray, n: int) -> np.ndarray:
+    """The issue's 0.01, or three standard errors of a fraction estimated from n values where that is larger."""
+    return np.maximum(0.01, 3.0 * np.sqrt(fraction * (1.0 - fraction) / n))
 
 
 def test_sampled_unit_activity_follows_each_unit() -> None:
@@ -115,7 +122,10 @@ def test_non_finite_values_in_a_sampled_tensor_are_found_and_do_not_blind_it() -
     assert got["nonfinite"] >= 1  # present: always reported, even when the sample misses both values
     assert math.isfinite(got["mean"]) and got["mean"] == pytest.approx(wanted.mean, abs=0.02)
     assert got["std"] == pytest.approx(wanted.std, rel=0.02)
-    assert got["min"] == pytest.approx(wanted.min, abs=1.0) and got["max"] <= wanted.max
+    # With a non-finite value present the extremes come from the sample: inside the finite range, and beyond the
+    # 0.1 % quantiles (a sample of 8192 misses the 400 most extreme values on a side with probability 3e-4).
+    low, high = np.quantile(values_of(x)[np.isfinite(values_of(x))], [0.001, 0.999])
+    assert wanted.min <= got["min"] <= low and high <= got["max"] <= wanted.max
 
 
 def test_exact_describe_large_without_a_sampler_is_the_reference() -> None:
@@ -130,9 +140,11 @@ def test_the_sample_visits_every_channel_in_proportion_and_never_repeats() -> No
     n = math.prod(shape)
     sampler = stats.Sampler(seed=0)
     for _ in range(3):
-        index = sampler.index(n, torch.device("cpu"))
+        padded, count = sampler.index(n, torch.device("cpu"))
+        assert padded.numel() == stats.SAMPLE_SIZE  # every sample has the same width: its rows stack
+        index = padded[:count]
         assert index.unique().numel() == index.numel()
-        assert 0.9 * stats.SAMPLE_SIZE <= index.numel() <= 1.1 * stats.SAMPLE_SIZE
+        assert 0.9 * stats.SAMPLE_SIZE <= index.numel() <= stats.SAMPLE_SIZE
         assert int(index.min()) >= 0 and int(index.max()) < n
         channels = torch.bincount(index // (96 * 96), minlength=64)
         assert int(channels.max() - channels.min()) <= 2  # +-1 around the share, the random start included

@@ -1,10 +1,10 @@
-"""Describe many small tensors at once: the records of groups of values, in a fixed number of torch calls.
+"""Describe many tensors at once: the records of groups of values, in a fixed number of torch calls.
 
 On small models monitoring costs the number of torch calls, not the number of values, so small tensors are
 concatenated (float64) and every group (a module's output in one step, a parameter's gradient ...) is described
-by segment reductions over `segment` (the group of each value). The results equal `describe` / `norm_of` of each
-group's values up to float rounding; the layout of the groups is the caller's (`Segments` holds what depends only
-on it, to be cached).
+by segment reductions over `segment` (the group of each value); samples are described as rows (`_rows.py`). The
+results equal `describe` / `norm_of` of each group's values up to float rounding; the layout of the groups is the
+caller's (`Segments` holds what depends only on it, to be cached).
 """
 
 from __future__ import annotations
@@ -47,6 +47,10 @@ class Segments:
         self.sizes = _to(torch.tensor(totals, dtype=torch.float64), device)
         segment = np.repeat(np.asarray(groups, dtype=np.int64), np.asarray(sizes, dtype=np.int64))
         self.segment = _to(torch.from_numpy(segment), device)  # (torch.repeat_interleave is slow on the CPU)
+        # Each part its own group (the tables' layouts): contiguous segments, summed by `segment_reduce` (several
+        # times faster than `index_add_` on the CPU).
+        own = count == len(sizes) and groups == list(range(len(sizes)))
+        self.lengths = _to(torch.tensor(sizes, dtype=torch.int64), device) if own else None
         self.saturation: tuple[torch.Tensor, torch.Tensor] | None = None
         if bounds is not None and any(b is not None for b in bounds):
             middle = [math.nan if b is None else (b[0] + b[1]) / 2 for b in bounds]
@@ -60,50 +64,51 @@ class Segments:
 def describe_segments(values: torch.Tensor, segments: Segments, spec: Spec) -> torch.Tensor:
     """Return the (groups, len(RECORD)) float64 records of the groups of `values` (flat float64 of values from
     16/32-bit tensors, so that no square overflows). `spec.bounds` is ignored: bounds are per group here."""
-    seg, groups = segments.segment, segments.groups
-    finite = torch.isfinite(values).double()
-    clean = torch.where(finite > 0, values, 0.0)
-    columns = [finite, clean, spec.near(clean) * finite]
-    if segments.saturation is not None:
-        middle, half = (t.index_select(0, seg) for t in segments.saturation)
-        columns.append(((clean - middle).abs() >= half).double() * finite)
-    totals = torch.zeros(len(columns), groups, dtype=torch.float64, device=values.device)
-    totals.index_add_(1, seg, torch.stack(columns))
-    count = totals[0]
+    seg = segments.segment
+    finite = values.mul(0.0).eq_(0.0)  # float 0/1 (see `Rows`): x * 0 is NaN for inf and NaN
+    clean = torch.nan_to_num(values, 0.0, 0.0, 0.0)
+    count = _sums(finite, segments)
     safe = count.clamp(min=1)
-    mean = totals[1] / safe
-    squares = torch.zeros(groups, dtype=torch.float64, device=values.device)
-    squares.index_add_(0, seg, ((clean - mean.index_select(0, seg)) * finite).square())
-    smallest = torch.full((groups,), math.inf, dtype=torch.float64, device=values.device)
-    largest = torch.full_like(smallest, -math.inf)
-    smallest.scatter_reduce_(0, seg, torch.where(finite > 0, values, math.inf), "amin")
-    largest.scatter_reduce_(0, seg, torch.where(finite > 0, values, -math.inf), "amax")
+    mean = _sums(clean, segments).div_(safe)
+    squares = _sums(clean.sub(mean.index_select(0, seg)).mul_(finite).square_(), segments)
+    near = _sums((clean.clone() if spec.signed else clean.abs()).le_(spec.near_zero).mul_(finite), segments)
+    inf = math.inf
+    smallest = torch.full_like(count, inf).scatter_reduce_(0, seg, torch.nan_to_num(values, inf, inf, inf), "amin")
+    largest = torch.full_like(count, -inf).scatter_reduce_(0, seg, torch.nan_to_num(values, -inf, -inf, -inf), "amax")
     if segments.saturation is None:
         saturated = torch.full_like(count, math.nan)
     else:
-        saturated = torch.where(segments.saturation[0].isnan(), math.nan, totals[3])
+        middle, half = (t.index_select(0, seg) for t in segments.saturation)
+        hits = _sums(clean.sub(middle).abs_().ge_(half).mul_(finite), segments)
+        saturated = torch.where(segments.saturation[0].isnan(), math.nan, hits)
     columns_by_index = {
         Column.COUNT: count,
         Column.MEAN: mean,
-        Column.DEVIATION: (squares / safe).sqrt(),
+        Column.DEVIATION: squares.div_(safe).sqrt_(),
         Column.MIN: smallest,
         Column.MAX: largest,
         Column.NONFINITE: segments.sizes - count,
-        Column.NEAR_ZERO: totals[2],
+        Column.NEAR_ZERO: near,
         Column.SATURATED: saturated,
         Column.SAMPLED: torch.zeros_like(count),
     }
     return torch.stack([columns_by_index[k] for k in range(len(RECORD))], dim=1)
 
 
+def _sums(column: torch.Tensor, segments: Segments) -> torch.Tensor:
+    """The (groups,) sums of `column` (flat, float64) over each group."""
+    if segments.lengths is not None:
+        return torch.segment_reduce(column, "sum", lengths=segments.lengths)
+    out = torch.zeros(segments.groups, dtype=column.dtype, device=column.device)
+    return out.index_add_(0, segments.segment, column)
+
+
 def norm_segments(values: torch.Tensor, segments: Segments) -> torch.Tensor:
     """Return the (groups, len(NORM)) float64 norm records of the groups of `values` (as `describe_segments`)."""
-    finite = torch.isfinite(values)
-    clean = torch.where(finite, values, 0.0)
-    totals = torch.zeros(2, segments.groups, dtype=torch.float64, device=values.device)
-    totals.index_add_(1, segments.segment, torch.stack((clean.square(), (~finite).double())))
+    finite = _sums(values.mul(0.0).eq_(0.0), segments)
+    squares = _sums(torch.nan_to_num(values, 0.0, 0.0, 0.0).square_(), segments)
     sizes = segments.sizes
-    return torch.stack((totals[0].sqrt(), totals[1], sizes, torch.zeros_like(sizes)), dim=1)
+    return torch.stack((squares.sqrt_(), sizes - finite, sizes, torch.zeros_like(sizes)), dim=1)
 
 
 def _to(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ._batched import Segments, describe_segments
 from ._record import RECORD, Column, empty
+from ._rows import Rows, describe_rows
 from ._sample import Sampler
 from ._spec import Spec, wide_dtype
 
@@ -88,33 +88,45 @@ class Sample:
     """What `take_sample` keeps of a large tensor.
 
     Attributes:
-        raw: (len(RAW),) float32: the exact sum, sum of squares, min and max of every value.
-        values: The sampled values, float32 (flat).
-        index: Their flat (row-major) positions in the tensor.
+        raw: The exact sum, sum of squares, min and max of every value (`RAW`), 0-d float32 tensors.
+        values: The sampled values, float32, `(sampler.size,)`: the sample, then padding (copies of its first).
+        comb: The sample's positions before the start (`Sampler.positions`), shared by every sample of the size.
+        start: The random start: the sample's flat (row-major) positions are `comb + start`.
         numel: The number of values of the tensor.
+        count: How many of `values` are the sample (the rest is padding, not part of it).
     """
 
-    raw: torch.Tensor
+    raw: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
     values: torch.Tensor
-    index: torch.Tensor
+    comb: torch.Tensor
+    start: int
     numel: int
+    count: int
+
+    @property
+    def index(self) -> torch.Tensor:
+        """The flat positions of `values` in the tensor."""
+        return self.comb + self.start
 
 
-def take_sample(x: torch.Tensor, sampler: Sampler, *, with_sum: bool = True) -> Sample:
-    """Read `x` (a 16/32-bit float tensor of at least 11 values) four times: its sum (unless not `with_sum`: the
-    norms need none), sum of squares and min/max in float32 accumulation, and a sample. A few calls, no sync."""
+def take_sample(x: torch.Tensor, sampler: Sampler, *, with_sum: bool = True, with_extremes: bool = True) -> Sample:
+    """Read `x` (a 16/32-bit float tensor of at least `sampler.size` values) four times: its sum (unless not
+    `with_sum`: the norms need none), sum of squares and min/max (unless not `with_extremes`: a norm alone needs
+    none; the sum of squares stands in for them, so a non-finite one still says a value may not be finite) in
+    float32 accumulation, and a sample. A few calls, no sync."""
     x = x.detach()
     flat = x.reshape(-1) if x.is_contiguous() else None
-    total = x.sum(dtype=torch.float32) if with_sum else torch.zeros((), device=x.device)
     if flat is not None and x.dtype == torch.float32:
         squares = torch.dot(flat, flat)  # BLAS: the fastest pass
     else:
         squares = torch.linalg.vector_norm(x, dtype=torch.float32).square()
-    smallest, largest = torch.aminmax(x)
-    index = sampler.index(x.numel(), x.device)
-    values = torch.take(x, index)
-    raw = torch.stack((total, squares, smallest.float(), largest.float()))
-    return Sample(raw, values if values.dtype == torch.float32 else values.float(), index, x.numel())
+    total = x.sum(dtype=torch.float32) if with_sum else squares  # (a placeholder the norms never read)
+    smallest, largest = torch.aminmax(x) if with_extremes else (squares, squares)
+    comb, count, slack = sampler.positions(x.numel(), x.device)
+    start = sampler.draw(slack)
+    values = torch.take(flat[start:], comb) if flat is not None else torch.take(x, comb + start)
+    raw = (total, squares, smallest, largest)
+    return Sample(raw, values if values.dtype == torch.float32 else values.float(), comb, start, x.numel(), count)
 
 
 def estimate(raw: torch.Tensor, numel: torch.Tensor, sampled: torch.Tensor) -> torch.Tensor:
@@ -163,13 +175,19 @@ def describe_large(x: torch.Tensor, spec: Spec, sampler: Sampler | None) -> Desc
     if sampler is None or x.numel() < max(sampler.size, 11) or x.dtype == torch.float64 or not x.is_floating_point():
         return describe(x, spec)
     sample = take_sample(x, sampler)
-    values = sample.values.double()
-    segments = Segments([values.numel()], [0], x.device, [spec.bounds])
-    sampled = describe_segments(values, segments, spec)
-    record = estimate(sample.raw[None], torch.tensor([float(sample.numel)], device=x.device), sampled)[0]
+    rows = Rows(sample.values[: sample.count][None], torch.ones_like(sample.values[: sample.count])[None])
+    values = sample.values[: sample.count].double()
+    bounds = spec.bounds
+    saturation = None
+    if bounds is not None:
+        middle, half = (bounds[0] + bounds[1]) / 2, 0.49 * (bounds[1] - bounds[0])
+        saturation = (torch.full((1,), middle, device=x.device), torch.full((1,), half, device=x.device))
+    sampled = describe_rows(rows, spec, saturation)
+    raw = torch.stack(sample.raw).float()[None]
+    record = estimate(raw, torch.tensor([float(sample.numel)], device=x.device), sampled)[0]
     finite = torch.isfinite(values).double()
     weight = record[Column.COUNT] / sampled[0, Column.COUNT].clamp(min=1)
-    return Described(record, values, finite, weight, sample.index)
+    return Described(record, values, finite, weight, sample.index[: sample.count])
 
 
 def _unit(clean: torch.Tensor) -> torch.Tensor:

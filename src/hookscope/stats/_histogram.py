@@ -33,6 +33,7 @@ __all__ = [
     "exponent_of_edges",
     "fixed_edges",
     "rebin",
+    "row_counts",
     "segment_counts",
 ]
 
@@ -102,8 +103,8 @@ def _codes(
         edges = fixed_edges(bounds, bins).to(values.device)
         code = ((values - low) / _step(bounds, bins)).floor_().nan_to_num_(bins - 1.0).clamp_(0, bins - 1)
         index = code.long()
-        code = code - (values < edges.index_select(0, index)).double()
-        code = code + ((values >= edges.index_select(0, index + 1)) & (index < bins - 1)).double()
+        code = code - (values < torch.take(edges, index)).double()
+        code = code + ((values >= torch.take(edges, index + 1)) & (index < bins - 1)).double()
         code = torch.where(values < low, float(bins), torch.where(values > high, float(bins + 1), code))
     return torch.where(finite > 0, code, float(bins + 2)).long()
 
@@ -147,6 +148,37 @@ def segment_counts(
     code = _codes(values, finite, bins, exponent, bounds)
     code = torch.where(code > bins + 1, groups * (bins + 2), code + segment * (bins + 2))
     return torch.bincount(code, minlength=groups * (bins + 2) + 1)[:-1].double().view(groups, bins + 2)
+
+
+def row_counts(
+    values: torch.Tensor,
+    finite: torch.Tensor,
+    bins: int,
+    exponents: torch.Tensor | None = None,
+    bounds: tuple[float, float] = (0.0, 1.0),
+) -> torch.Tensor:
+    """Return the (rows, bins + 2) float64 counts of the rows of `values` ((rows, width) float32 samples;
+    `finite` the 0/1 mask of the values counted), each row over the automatic range of its exponent
+    (`exponents`, (rows,) int64) or over `bounds`: one `bincount` for all of them.
+
+    The automatic range is binned in float32 (`floor(x * bins / 2**(e + 1)) + bins / 2`, one rounding): a sample
+    is an estimate, and only a value within a float32 rounding of an edge can land in the neighbouring bin."""
+    rows, width = values.shape[0], bins + 3  # the bins, below and above a fixed range, and not counted
+    if exponents is None:
+        code = _codes(values.double(), finite, bins, None, bounds).clamp_(max=bins + 2)
+    else:
+        half = bins // 2
+        exponent = exponents.clamp(-149, 129)  # float32 values: rows outside hold only zeros
+        first = exponent.div(2, rounding_mode="floor")
+        ones = torch.ones(rows, dtype=torch.float32, device=values.device)
+        # x * 2**-e in two exact steps (each power of two within float32), then * half: one rounding
+        scales = torch.ldexp(ones, -first)[:, None], torch.ldexp(ones * half, first - exponent)[:, None]
+        clean = torch.nan_to_num(values, 0.0, 0.0, 0.0)
+        code = clean.mul_(scales[0]).mul_(scales[1]).floor_().add_(half).clamp_(0, bins - 1)
+        code = code.sub_(bins + 2).mul_(finite).add_(bins + 2).long()  # bins + 2 where not counted
+    code += torch.arange(rows, device=values.device)[:, None] * width
+    counts = torch.bincount(code.reshape(-1), minlength=rows * width).view(rows, width)
+    return counts[:, : bins + 2].double()
 
 
 def rebin(hist: torch.Tensor, exponent: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

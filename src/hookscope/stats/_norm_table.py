@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
 from ._batched import Segments, norm_segments
 from ._describe import take_sample
 from ._norms import NORM, combine_norm_segments, estimate_norms, norm_of, real_view
-from ._pending import PendingTable
+from ._pending import PendingTable, to_device
+from ._rows import Rows, norm_rows
 from ._sample import Sampler
 
 __all__ = ["NormTable"]
@@ -21,10 +23,13 @@ class NormTable(PendingTable):
     Args:
         keys: The number of keys (modules or parameters).
         sampler: Read large tensors as sums and a sample (`None`: exactly).
+        count_nonfinite: Count the non-finite values of large tensors exactly (a min/max pass each); `False` where
+            only the norms are read (update ratios): a non-finite sum of squares then stands for them.
     """
 
-    def __init__(self, keys: int, sampler: Sampler | None = None) -> None:
+    def __init__(self, keys: int, sampler: Sampler | None = None, *, count_nonfinite: bool = True) -> None:
         super().__init__(keys, sampler)
+        self.count_nonfinite = count_nonfinite
         self.norms: torch.Tensor | None = None  # (rows, keys, len(NORM)) float64
 
     def add(self, row: int, key: int, x: torch.Tensor, *, owned: bool = False) -> None:
@@ -36,7 +41,8 @@ class NormTable(PendingTable):
         if self._is_small(x):
             self._keep_small(row, key, x, owned)
         elif self.sampler is not None and self._is_sampled(x):
-            self._sampled.append((row, key, take_sample(x, self.sampler, with_sum=False), None))
+            sample = take_sample(x, self.sampler, with_sum=False, with_extremes=self.count_nonfinite)
+            self._keep_sample(row, key, sample, None)
         else:
             self._large.append((row, key, norm_of(x.detach())))
 
@@ -72,11 +78,9 @@ class NormTable(PendingTable):
             segments, groups = self._layout(("small", parts), lambda: self._small_layout(parts))
             items.append(norm_segments(values, segments))
             cells += [(base + row, key) for row, key in groups]
-        if self._sampled:
-            parts_s, values, raw = self._sampled_values()
-            segments, numel = self._layout(("sampled", parts_s), lambda: self._sampled_layout(parts_s))
-            items.append(estimate_norms(raw, numel, norm_segments(values, segments)))
-            cells += [(row, key) for row, key, _, _ in self._sampled]
+        for block in self._sample_blocks():
+            items.append(self._describe_sampled(block))
+            cells += [(row, key) for row, key, _, _ in block]
         if self._large:
             items.append(torch.stack([item for _, _, item in self._large]))
             cells += [(row, key) for row, key, _ in self._large]
@@ -89,15 +93,21 @@ class NormTable(PendingTable):
     def _small_layout(
         self, parts: tuple[tuple[int, int, tuple[int, ...]], ...]
     ) -> tuple[Segments, list[tuple[int, int]]]:
-        ids: dict[tuple[int, int], int] = {}
-        owners = [ids.setdefault((row, key), len(ids)) for row, key, _ in parts]
+        """Each part described on its own (the flush merges the parts of a cell)."""
         sizes = [math.prod(shape) for _, _, shape in parts]
-        return Segments(sizes, owners, self.device or torch.device("cpu")), list(ids)
+        segments = Segments(sizes, list(range(len(parts))), self.device or torch.device("cpu"))
+        return segments, [(row, key) for row, key, _ in parts]
 
-    def _sampled_layout(self, parts: tuple[tuple[int, int, int], ...]) -> tuple[Segments, torch.Tensor]:
+    def _describe_sampled(self, block: list[tuple[int, int, Any, Any]]) -> torch.Tensor:
+        """The norm records of a block of sampled tensors."""
+        parts, values, raw = self._sampled_values(block)
+        members, numel = self._layout(("sampled", parts), lambda: self._sampled_layout(parts, values.shape[1]))
+        return estimate_norms(raw, numel, norm_rows(Rows(values, members, self._work)))
+
+    def _sampled_layout(self, parts: tuple[tuple[int, int, int], ...], width: int) -> tuple[torch.Tensor, torch.Tensor]:
         device = self.device or torch.device("cpu")
-        segments = Segments([size for _, size, _ in parts], list(range(len(parts))), device)
-        return segments, torch.tensor([float(n) for _, _, n in parts], dtype=torch.float64).to(device)
+        numel = torch.tensor([float(n) for _, _, n in parts], dtype=torch.float64)
+        return self._members(parts, width), to_device(numel, device)
 
     def _grow(self, rows: int, device: torch.device) -> None:
         norms = torch.zeros(rows, self.keys, len(NORM), dtype=torch.float64, device=device)

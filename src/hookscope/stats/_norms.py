@@ -50,8 +50,8 @@ def norm_of(x: torch.Tensor, sampler: Sampler | None = None) -> torch.Tensor:
     if sampler is None or n < max(sampler.size, 11) or x.dtype == torch.float64 or not x.is_floating_point():
         return _exact_norm(x.reshape(-1))
     sample = take_sample(x, sampler, with_sum=False)
-    sampled = _exact_norm(sample.values)[None]
-    return estimate_norms(sample.raw[None], torch.tensor([float(n)], device=x.device), sampled)[0]
+    sampled = _exact_norm(sample.values[: sample.count])[None]
+    return estimate_norms(torch.stack(sample.raw).float()[None], torch.tensor([float(n)], device=x.device), sampled)[0]
 
 
 def estimate_norms(raw: torch.Tensor, numel: torch.Tensor, sampled: torch.Tensor) -> torch.Tensor:

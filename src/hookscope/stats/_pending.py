@@ -17,12 +17,14 @@ from typing import Any
 import torch
 
 from ._describe import Sample
+from ._rows import SAMPLE_BLOCK, Workspace
 from ._sample import Sampler
 
 __all__ = ["SMALL_BELOW", "Members", "Part", "PendingTable", "small_copy", "to_device"]
 
-SMALL_BELOW = 1 << 15
-"""Tensors with fewer values are copied and described in batches; larger ones are read when they are added."""
+SMALL_BELOW = 1 << 14
+"""Tensors with fewer values are copied and described in batches; larger ones are read when they are added (at
+twice the sample width, sampling costs less than describing every value)."""
 
 _CACHE = 64  # layouts kept per table (a steady loop needs a handful)
 Part = tuple[int, int, tuple[int, ...]]  # (row, key, shape) of a small tensor waiting
@@ -47,6 +49,7 @@ class PendingTable:
         self._sampled: list[tuple[int, int, Sample, Any]] = []  # (row, key, sample, what the table needs of it)
         self._large: list[tuple[int, int, torch.Tensor]] = []  # (row, key, finished item)
         self._layouts: dict[Any, Any] = {}
+        self._work = Workspace()  # the blocks of samples are described in it
 
     @property
     def is_pending(self) -> bool:
@@ -68,7 +71,7 @@ class PendingTable:
 
     def _is_sampled(self, x: torch.Tensor) -> bool:
         sampler = self.sampler
-        return sampler is not None and x.is_floating_point() and x.dtype != torch.float64 and x.numel() >= 11
+        return sampler is not None and x.is_floating_point() and x.dtype != torch.float64 and x.numel() >= sampler.size
 
     def _keep_small(self, row: int, key: int, x: torch.Tensor, owned: bool) -> None:
         self._small.append((row, ((key, tuple(x.shape)),), small_copy(x, owned)))
@@ -95,14 +98,34 @@ class PendingTable:
         values = torch._C._nn.flatten_dense_tensors([t for _, _, t in small]).double()
         return base, parts, values
 
-    def _sampled_values(self) -> tuple[tuple[tuple[int, int, int], ...], torch.Tensor, torch.Tensor]:
-        """The samples waiting (each its own group) as (key, size, numel) parts (what a layout depends on), their
-        values (flat, float64) and their exact readings (G, len(RAW))."""
+    def _keep_sample(self, row: int, key: int, sample: Sample, plan: Any) -> None:
+        self._sampled.append((row, key, sample, plan))
+        self.pending_values += sample.values.numel()
+
+    def _sample_blocks(self) -> list[list[tuple[int, int, Sample, Any]]]:
+        """The samples waiting, in blocks of at most `SAMPLE_BLOCK`."""
         sampled = self._sampled
-        parts = tuple((key, s.values.numel(), s.numel) for _, key, s, _ in sampled)
-        values = torch.cat([s.values for _, _, s, _ in sampled]).double()
-        raw = torch.stack([s.raw for _, _, s, _ in sampled])
+        return [sampled[start : start + SAMPLE_BLOCK] for start in range(0, len(sampled), SAMPLE_BLOCK)]
+
+    def _sampled_values(
+        self, sampled: list[tuple[int, int, Sample, Any]]
+    ) -> tuple[tuple[tuple[int, int, int], ...], torch.Tensor, torch.Tensor]:
+        """A block of samples as (key, count, numel) parts (what a layout depends on), their values as the rows of
+        one (G, width) float32 matrix (`_members` says which entries are the sample) and their exact readings
+        (G, len(RAW))."""
+        parts = tuple((key, s.count, s.numel) for _, key, s, _ in sampled)
+        first = sampled[0][2].values
+        out = self._work.buffer("values", len(sampled), first.numel(), first.dtype, first.device)
+        values = torch.stack([s.values for _, _, s, _ in sampled], out=out)
+        raw = torch.stack([reading.float() for _, _, s, _ in sampled for reading in s.raw]).view(len(sampled), -1)
         return parts, values, raw
+
+    def _members(self, parts: tuple[tuple[int, int, int], ...], width: int) -> torch.Tensor:
+        """(G, width) float32: 1.0 for the entries of the rows of `_sampled_values` that are the samples, 0.0 for
+        the padding."""
+        counts = torch.tensor([count for _, count, _ in parts])
+        members = (torch.arange(width)[None, :] < counts[:, None]).float()
+        return to_device(members, self.device or torch.device("cpu"))
 
     def _cells(self, rows_and_keys: list[tuple[int, int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """The distinct cells of the items (row ids and keys, in item order) and, for each item then each cell,
@@ -120,6 +143,7 @@ class PendingTable:
         self._sampled = [item for item in self._sampled if item[0] != row]
         self._large = [item for item in self._large if item[0] != row]
         self.pending_values = sum(values.numel() for _, _, values in self._small)
+        self.pending_values += sum(sample.values.numel() for _, _, sample, _ in self._sampled)
 
     def _clear(self) -> None:
         """Forget what waited (once it is written)."""

@@ -19,9 +19,10 @@ import torch
 
 from ._batched import Segments, describe_segments
 from ._describe import describe, estimate, take_sample
-from ._histogram import EXPONENT_NONE, counts, exponent_of, rebin, segment_counts
+from ._histogram import EXPONENT_NONE, counts, exponent_of, rebin, row_counts, segment_counts
 from ._pending import Part, PendingTable, small_copy, to_device
 from ._record import RECORD, Column, combine_segments, empty
+from ._rows import Rows, describe_rows
 from ._sample import Sampler
 from ._spec import Spec
 from ._units import UnitCounts, active, unit_counts
@@ -93,7 +94,7 @@ class RecordTable(PendingTable):
             self._small.append((row, members, values))
             self.pending_values += values.numel()
         elif kind == "sampled":
-            self._sampled.append((row, *rest))
+            self._keep_sample(row, *rest)
         else:
             key, item, units = rest
             self._large.append((row, key, item))
@@ -146,9 +147,9 @@ class RecordTable(PendingTable):
             layout = self._layout(("small", parts), lambda: _SmallLayout(parts, self))
             items.append(self._describe_small(values, layout))
             cells += [(base + row, key) for row, key in layout.groups]
-        if self._sampled:
-            items.append(self._describe_sampled())
-            cells += [(row, key) for row, key, _, _ in self._sampled]
+        for block in self._sample_blocks():
+            items.append(self._describe_sampled(block))
+            cells += [(row, key) for row, key, _, _ in block]
         if self._large:
             items.append(torch.stack([item for _, _, item in self._large]))
             cells += [(row, key) for row, key, _ in self._large]
@@ -183,21 +184,32 @@ class RecordTable(PendingTable):
             self.units.add(layout.units, active(values), 1.0)
         return torch.cat(parts, dim=1)
 
-    def _describe_sampled(self) -> torch.Tensor:
-        """(samples, width) records (+ histogram and exponent) of the large tensors sampled; unit activity added."""
-        parts, values, raw = self._sampled_values()
-        plans = tuple(plan for _, _, _, plan in self._sampled)
-        layout = self._layout(("sampled", parts, plans), lambda: _SampledLayout(parts, plans, self))
-        sampled = describe_segments(values, layout.segments, self.spec)
+    def _describe_sampled(self, block: list[tuple[int, int, Any, Any]]) -> torch.Tensor:
+        """(samples, width) records (+ histogram and exponent) of a block of sampled tensors; unit activity added."""
+        parts, values, raw = self._sampled_values(block)
+        plans = tuple(plan for _, _, _, plan in block)
+        layout = self._layout(("sampled", parts, plans), lambda: _SampledLayout(parts, plans, values.shape[1], self))
+        rows = Rows(values, layout.members, self._work)
+        sampled = describe_rows(rows, self.spec, layout.saturation)
         record = estimate(raw, layout.numel, sampled)
-        weight = record[:, Column.COUNT] / sampled[:, Column.COUNT].clamp(min=1)
-        columns = [record] + (self._hist_columns(values, layout.segments, record, weight) if self.bins else [])
+        weight = record[:, Column.COUNT] / sampled[:, Column.COUNT].clamp(min=1)  # the values a sampled one stands for
+        columns = [record]
+        if self.bins is not None:
+            if self.hist_range is not None:
+                exponents = torch.full((len(parts),), EXPONENT_NONE, dtype=torch.int64, device=values.device)
+                hist = row_counts(values, rows.finite, self.bins, None, self.hist_range)
+            else:
+                exponents = exponent_of(_largest(record))
+                hist = row_counts(values, rows.finite, self.bins, exponents)
+            columns += [hist.mul_(weight[:, None]), exponents[:, None].double()]
         if layout.units is not None:
-            index = torch.cat([s.index for _, _, s, _ in self._sampled])
+            starts = to_device(torch.tensor([sample.start for _, _, sample, _ in block])[:, None], values.device)
+            index = layout.combs(block).add(starts)
             inner, units, start = layout.units
             ids = torch.div(index, inner, rounding_mode="floor").remainder_(units).add_(start).mul_(start > 0)
-            stands_for = weight.index_select(0, layout.segments.segment)  # the values each sampled value stands for
-            self.units.add(ids, active(values) * stands_for, stands_for)
+            stands_for = layout.members * weight.float()[:, None]
+            on = torch.sign(rows.clean).clamp_(min=0.0).mul_(stands_for)  # active: finite and > 0
+            self.units.add(ids.reshape(-1), on.reshape(-1), stands_for.reshape(-1))
         return torch.cat(columns, dim=1)
 
     def _flush_hists(self, items: torch.Tensor, unique: torch.Tensor, segment: torch.Tensor) -> None:
@@ -264,15 +276,15 @@ def _largest(records: torch.Tensor) -> torch.Tensor:
 
 
 class _SmallLayout:
-    """What depends only on the arrangement of the small tensors waiting: groups, segments, unit positions."""
+    """What depends only on the arrangement of the small tensors waiting: segments, cells, unit positions. Each
+    part is described on its own (contiguous values: the fastest segment sums); the flush merges the parts of a
+    cell (a module called twice in a step)."""
 
     def __init__(self, parts: tuple[Part, ...], table: RecordTable) -> None:
         device = table.device or torch.device("cpu")
-        ids: dict[tuple[int, int], int] = {}
-        owners = [ids.setdefault((row, key), len(ids)) for row, key, _ in parts]
         sizes = [math.prod(shape) for _, _, shape in parts]
-        self.segments = Segments(sizes, owners, device, [table.saturation[key] for _, key in ids])
-        self.groups = list(ids)  # (row relative to the first one waiting, key)
+        self.segments = Segments(sizes, list(range(len(parts))), device, [table.saturation[key] for _, key, _ in parts])
+        self.groups = [(row, key) for row, key, _ in parts]  # (row relative to the first one waiting, key)
         self.units: torch.Tensor | None = None
         if table.unit_dim is not None:
             self._unit_ids(parts, sizes, table, device)
@@ -293,20 +305,36 @@ class _SmallLayout:
 
 
 class _SampledLayout:
-    """What depends only on the arrangement of the samples waiting: segments, sizes, per-value unit plans."""
+    """What depends only on the arrangement of the samples waiting: which entries are samples, the tensors' sizes,
+    the saturation ranges and the per-row unit plans."""
 
-    def __init__(self, parts: tuple[tuple[int, int, int], ...], plans: tuple[Any, ...], table: RecordTable) -> None:
+    def __init__(
+        self, parts: tuple[tuple[int, int, int], ...], plans: tuple[Any, ...], width: int, table: RecordTable
+    ) -> None:
         device = table.device or torch.device("cpu")
-        sizes = [size for _, size, _ in parts]
-        bounds = [table.saturation[key] for key, _, _ in parts]
-        self.segments = Segments(sizes, list(range(len(parts))), device, bounds)
+        self.members = table._members(parts, width)
         self.numel = to_device(torch.tensor([float(n) for _, _, n in parts], dtype=torch.float64), device)
+        bounds = [table.saturation[key] for key, _, _ in parts]
+        self.saturation: tuple[torch.Tensor, torch.Tensor] | None = None
+        if any(b is not None for b in bounds):
+            middle = [math.nan if b is None else (b[0] + b[1]) / 2 for b in bounds]
+            half = [math.nan if b is None else 0.49 * (b[1] - b[0]) for b in bounds]
+            self.saturation = (  # float32, as the samples
+                to_device(torch.tensor(middle, dtype=torch.float32), device),
+                to_device(torch.tensor(half, dtype=torch.float32), device),
+            )
         self.units: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        self._combs: torch.Tensor | None = None
         if any(plan is not None for plan in plans):
             rows = [plan if plan is not None else (0, 1, 1, 0) for plan in plans]  # position 0: no unit
 
-            def per_value(column: int) -> torch.Tensor:
-                repeated = np.repeat(np.asarray([row[column] for row in rows], dtype=np.int64), sizes)
-                return to_device(torch.from_numpy(repeated), device)
+            def column(at: int) -> torch.Tensor:
+                return to_device(torch.tensor([row[at] for row in rows], dtype=torch.int64)[:, None], device)
 
-            self.units = (per_value(1), per_value(2), per_value(0))  # inner, units, start
+            self.units = (column(1), column(2), column(0))  # inner, units, start
+
+    def combs(self, block: list[tuple[int, int, Any, Any]]) -> torch.Tensor:
+        """(G, width) the samples' positions before their starts (the same for every block of this layout)."""
+        if self._combs is None:
+            self._combs = torch.stack([sample.comb for _, _, sample, _ in block])
+        return self._combs

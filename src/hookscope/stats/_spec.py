@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 __all__ = ["NEAR_ZERO", "Spec", "accumulate_dtype", "wide_dtype"]
@@ -37,6 +38,15 @@ class Spec:
         """1.0 where a finite value of `values` is near zero, else 0.0 (NaN and inf are never near zero)."""
         magnitude = values if self.signed else values.abs()
         return (magnitude <= self.near_zero).to(values.dtype)
+
+    @property
+    def near_zero32(self) -> float:
+        """The largest float32 at most `near_zero`: for a float32 `x`, `x <= near_zero32` exactly when
+        `x <= near_zero`, so float32 comparisons apply the float64 rule."""
+        threshold = float(np.float32(self.near_zero))
+        if threshold > self.near_zero:
+            threshold = float(np.nextafter(np.float32(threshold), np.float32(-np.inf)))
+        return threshold
 
     def saturated(self, values: torch.Tensor) -> torch.Tensor:
         """1.0 where a finite value is within 1% of the range from a bound (NaN everywhere without bounds)."""

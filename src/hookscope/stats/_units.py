@@ -78,7 +78,14 @@ class UnitCounts:
         return start
 
     def add(self, positions: torch.Tensor, active: torch.Tensor, seen: torch.Tensor | float) -> None:
-        """Add `active` (and `seen`) values at `positions` of the flat counts."""
+        """Add `active` (and `seen`) values at `positions` of the flat counts (float32 weights, as samples have,
+        are summed by `bincount` over the whole table, then added)."""
+        if self.active is not None and self.seen is not None and active.dtype != self.active.dtype:
+            size = self.active.numel()
+            self.active += torch.bincount(positions, weights=active, minlength=size)
+            weights = seen if isinstance(seen, torch.Tensor) else torch.full_like(active, seen)
+            self.seen += torch.bincount(positions, weights=weights, minlength=size)
+            return
         if self.active is not None and self.seen is not None:
             self.active.index_add_(0, positions, active)
             if isinstance(seen, torch.Tensor):
