@@ -48,7 +48,7 @@ def watch(
     backward, with the step) -- kept on the device, so no host sync per step. Statistics stay in device buffers
     and move to the host every `buffer_steps` recorded steps, when read, and at the end.
 
-    Cost: an output or gradient of 32768 values or more is described as soon as its hook sees it, in a few
+    Cost: an output or gradient of 16384 values or more is described as soon as its hook sees it, in a few
     passes (its gradients' non-finite column is then a flag: 1 when the gradient's norm is not finite, rather than
     an exact count, which would take three more passes); smaller tensors are kept, and those of up to 32 steps
     are described together with a fixed number of torch calls. Steps `every` skips cost one min/max per output, or
@@ -89,8 +89,8 @@ def watch(
             skips (non-finite gradients) is a step of its own, listed in `results().skipped_steps`, with no
             parameter gradients or update ratios. Without it, such a step's forward merges into the next step.
             Parameter-gradient norms are unscaled either way (`scaler.step` unscales before the optimizer).
-        exact: Describe every value of outputs of 32768 values or more. By default they are described from their
-            exact sums and min/max and a sample of about 8192 values (their count, mean, min and max stay exact,
+        exact: Describe every value of outputs of 16384 values or more. By default they are described from their
+            exact sums and min/max and a sample of 7700 to 8192 values (their count, mean, min and max stay exact,
             std too while |mean| <= 4 std; the near-zero and saturated fractions, histograms and unit activity
             are estimates, and `activations[path]["sampled"]` says which steps were sampled), which keeps
             monitoring cheap on large models.

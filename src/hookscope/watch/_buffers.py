@@ -106,7 +106,8 @@ class StepBuffers:
         )
         self.grads = NormTable(modules, sampler)
         self.param_grads = NormTable(params, sampler)
-        self.updates = NormTable(2 * params, sampler)  # change of parameter p at key p, its weight at params + p
+        # the change of parameter p at key p, its weight at params + p: only their norms are read
+        self.updates = NormTable(2 * params, sampler, count_nonfinite=False)
         self.tables = (self.acts, self.grads, self.param_grads, self.updates)
         self.bins = options.hist_bins
         self.first_id = 0  # the oldest row not taken yet

@@ -56,11 +56,15 @@ class StepWriter:
         self.buffers.acts.add(self._ready(row, x.device), index, x, owned=owned)
 
     def observe_grad(self, row: int, index: int, grad: torch.Tensor) -> None:
-        """Add the gradient of module `index`'s output to row `row`; counted `late_gradient` once it is taken."""
+        """Add the gradient of module `index`'s output to row `row`; counted `late_gradient` once it is taken.
+
+        A gradient autograd hands to a hook is kept as it is, not copied: autograd never writes into it afterwards
+        (and while the table holds it, `AccumulateGrad` cannot adopt it as a `.grad` to accumulate into); a view
+        is copied, so that it does not keep a larger buffer alive."""
         if not self.buffers.is_live(row):
             self.drop("late_gradient")
             return
-        self.buffers.grads.add(self._ready(row, grad.device), index, grad)
+        self.buffers.grads.add(self._ready(row, grad.device), index, grad, owned=not grad._is_view())
 
     def set_grad_factor(self, factor: torch.Tensor | None) -> None:
         """`1 / loss scale` of the open step's backward (GradScaler): its output-gradient norms are divided by it."""
