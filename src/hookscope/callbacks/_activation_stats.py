@@ -59,10 +59,10 @@ class ActivationStats(ActivationReading, HookCallback):
     Unlike fastai: statistics stay on the device until read (no host sync per layer per batch), at most
     `capacity` records are kept (later ones are counted in `dropped`), and histograms keep negatives over a range
     that follows the data (a symmetric power of two, widened and re-binned exactly when larger values come), so
-    no value is clamped into an end bin. Outputs of fewer than 32768 values are copied and described together,
+    no value is clamped into an end bin. Outputs of fewer than 16384 values are copied and described together,
     up to 64 batches at once and whenever the statistics are read (a fixed number of torch calls, whatever the
     number of modules); larger ones are read when their hook runs: exact count, sum, min, max and non-finite
-    count, and a systematic sample of about 8192 values for the rest, unless `exact=True` (see `hookscope.stats`
+    count, and a systematic sample of 7700 to 8192 values for the rest, unless `exact=True` (see `hookscope.stats`
     for the error bounds). Under
     `torch.compile` (attach first) the traced hooks only hand their outputs over, and the statistics are the same
     as in eager mode.
