@@ -311,8 +311,12 @@ def summarize(times: dict[str, list[float]]) -> dict[str, Any]:
     return out
 
 
-def bench_compiled(rounds: int, steps: int, backend: str = "inductor") -> dict[str, Any]:
-    """Compiled bare vs compiled watched tiny MLP (watch attached before compiling), and whether it recorded.
+COMPILED = {"mlp": mlp, "tiny": tiny}
+"""The models of the compiled pairs: Sequentials (`_own_code` gives each copy a graph of its own)."""
+
+
+def bench_compiled(model_name: str, rounds: int, steps: int, backend: str = "inductor") -> dict[str, Any]:
+    """Compiled bare vs compiled watched `model_name` (watch attached before compiling), and whether it recorded.
 
     dynamo caches compiled code per code object and does not guard on module hooks by default, so two models of
     one class would share one graph (without or with the hooks). Each model here gets a root class with a forward
@@ -324,7 +328,7 @@ def bench_compiled(rounds: int, steps: int, backend: str = "inductor") -> dict[s
     results: dict[str, list[float]] = {"bare": [], "watched": []}
     runners, watchers = {}, []
     for config in results:
-        model, x, y = tiny()
+        model, x, y = COMPILED[model_name]()
         model = _own_code(model)
         optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
         if config == "watched":
@@ -474,14 +478,15 @@ def main(argv: list[str] | None = None) -> int:
     if skipped:
         print(f"\nskipped (not in this checkout): {', '.join(skipped)}")
     if available("watch") and not args.no_compile:
-        tiny_steps = args.steps or (max(2, STEPS["tiny"] // 10) if args.quick else STEPS["tiny"])
-        report["compiled_tiny"] = bench_compiled(rounds, tiny_steps, args.compile_backend)
-        compiled = report["compiled_tiny"]["watched"]
-        print(
-            f"\ntorch.compile ({args.compile_backend}), tiny MLP: watched/bare = {compiled['median_ratio']:.3f} "
-            f"({compiled['q1']:.3f}-{compiled['q3']:.3f}), {compiled['recorded_steps']} of {compiled['steps']} steps "
-            "recorded"
-        )
+        for name in COMPILED:
+            compiled_steps = args.steps or (max(2, STEPS[name] // 10) if args.quick else STEPS[name])
+            report[f"compiled_{name}"] = bench_compiled(name, rounds, compiled_steps, args.compile_backend)
+            compiled = report[f"compiled_{name}"]["watched"]
+            print(
+                f"\ntorch.compile ({args.compile_backend}), {name}: watched/bare = {compiled['median_ratio']:.3f} "
+                f"({compiled['q1']:.3f}-{compiled['q3']:.3f}), {compiled['recorded_steps']} of "
+                f"{compiled['steps']} steps recorded"
+            )
     if available("watch") and memory_steps:
         report["peak_rss_mib"] = peak_rss_growth(memory_steps)
         print(
