@@ -218,7 +218,7 @@ class Recorder(NonFiniteChecks, ParamRecorder):
         if x is not None and not is_plain(x):
             self.drop("unsupported_layout")
             x = None
-        if x is not None and x.numel():
+        if x is not None:  # an empty output too: called, with a count of 0
             slot = self._ready(row, x.device)
             if staged is None:
                 self.buffers.acts.add(slot, index, x.detach())
@@ -238,7 +238,7 @@ class Recorder(NonFiniteChecks, ParamRecorder):
     def _traced_forward(self, index: int, output: Any) -> None:
         # Traced by torch.compile: read one flag, append to one list, register gradient hooks; nothing else.
         x = first_float(output)
-        if x is None or x.numel() == 0:
+        if x is None:
             return
         if self.recording:
             if self._capture:
