@@ -51,8 +51,9 @@ class ActivationReading:
 
     def _materialize(self) -> list[list[dict[str, Any]]]:
         values = self._statistics()
-        columns = {name: values[..., STATISTICS.index(name)].float().tolist() for name in ("mean", "std", "sampled")}
-        columns[NEAR] = values[..., STATISTICS.index("near_zero")].float().tolist()
+        # float64 to Python floats, exactly: a std of finite float32 or bf16 values can exceed the float32 maximum
+        columns = {name: values[..., STATISTICS.index(name)].tolist() for name in ("mean", "std", "sampled")}
+        columns[NEAR] = values[..., STATISTICS.index("near_zero")].tolist()
         hists = self._hist_table() if self.with_hist else None
         out = []
         for k in range(self._records):
@@ -86,13 +87,13 @@ class ActivationReading:
         return idx % modules
 
     def layer_stats(self, idx: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Return `(means, stds, at_most_near_zeros)` of module `idx` over the records, each (records,) float32.
+        """Return `(means, stds, at_most_near_zeros)` of module `idx` over the records, each (records,) float64.
 
         Raises:
             ValueError: `idx` is not the index of an observed module.
         """
         j = self._index(idx)
-        values = self._statistics()[:, j].float()
+        values = self._statistics()[:, j]
         return tuple(values[:, STATISTICS.index(name)] for name in ("mean", "std", "near_zero"))  # type: ignore[return-value]
 
     def hist_counts(self, idx: int) -> torch.Tensor:
