@@ -198,8 +198,8 @@ def wrong_values(name: str, t: dict[str, Any]) -> dict[str, Any]:
         "register_constraint.model": nn.LSTM(3, 4),  # no layer with a `weight` to constrain
         "watch.select": nn.Conv2d,  # matches nothing in an MLP
         "Watch.select": nn.Conv2d,
-        "select_modules.selector": nn.Conv2d,
-        "MonitorPool.selector": nn.Conv2d,
+        "select_modules.select": nn.Conv2d,
+        "MonitorPool.select": nn.Conv2d,
         "register_module_hook.hook": lambda module: None,  # a forward hook takes (module, args, output)
         "register_global_module_hook.hook": lambda module: None,
         "register_optimizer_hook.hook": lambda: None,
