@@ -39,7 +39,9 @@ EXCLUDED: dict[str, str] = {
         ("WatchResults", "Finding", "HookInfo", "HookHandle", "ModelSummary", "Stats", "DuplicateUnits"),
         "a record hookscope builds and hands out (WatchResults is checked in full by its schema on save and load)",
     ),
-    **dict.fromkeys(("ConstraintHandle", "HandleGroup", "HookRegistry", "Scope"), "built by hookscope, not by users"),
+    **dict.fromkeys(
+        ("ConstraintHandle", "HandleGroup", "HookData", "HookRegistry", "Scope"), "built by hookscope, not by users"
+    ),
     **dict.fromkeys(("Reducer", "Monitor", "Callback", "Constraint"), "an abstract base: its subclasses are checked"),
     **dict.fromkeys(("Selector", "Sink", "MonitorConstructor"), "a type, not a callable"),
     **dict.fromkeys(
@@ -198,8 +200,8 @@ def wrong_values(name: str, t: dict[str, Any]) -> dict[str, Any]:
         "register_constraint.model": nn.LSTM(3, 4),  # no layer with a `weight` to constrain
         "watch.select": nn.Conv2d,  # matches nothing in an MLP
         "Watch.select": nn.Conv2d,
-        "select_modules.selector": nn.Conv2d,
-        "MonitorPool.selector": nn.Conv2d,
+        "select_modules.select": nn.Conv2d,
+        "MonitorPool.select": nn.Conv2d,
         "register_module_hook.hook": lambda module: None,  # a forward hook takes (module, args, output)
         "register_global_module_hook.hook": lambda module: None,
         "register_optimizer_hook.hook": lambda: None,
@@ -494,8 +496,9 @@ def _check_argument(name: str, parameter: inspect.Parameter, things: dict[str, A
     return problems
 
 
-SELECTORS = ("select", "selector", "layer_names", "modules")
-"""Selector arguments (annotated `Any`: a path, glob, module, type, predicate or list): refuse other objects."""
+SELECTORS = ("select", "modules")
+"""Selector arguments (annotated `Any`: a path, glob, module, type, predicate or list): refuse other objects.
+`select` everywhere, but in fastai's vocabulary (`HookCallback(modules=)`, `ActivationStats(modules=)`)."""
 
 
 def _accepts_anything(annotation: Any) -> bool:

@@ -16,6 +16,7 @@ import functools
 import inspect
 import math
 import typing
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
@@ -41,6 +42,7 @@ __all__ = [
     "dims",
     "hint_for",
     "one_of",
+    "renamed",
     "shown",
 ]
 
@@ -162,6 +164,52 @@ def checked(**rules: Want | tuple[Want, ...]) -> Callable[[Callable[P, R]], Call
         return wrapper
 
     return decorate
+
+
+def renamed(**old_names: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Keep accepting keyword arguments under their old names: `@renamed(layer_names="select")`.
+
+    An old keyword is passed on under its new name with a `FutureWarning`; the old and the new name together
+    (by keyword, or the new one by position) raise `TypeError` naming both. Put it above `@checked()`, so the
+    checks and their messages use the new name.
+    """
+
+    def decorate(function: Callable[P, R]) -> Callable[P, R]:
+        owner = function.__qualname__.removesuffix(".__init__")
+        positions: dict[str, int] | None = None
+
+        @functools.wraps(function)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            nonlocal positions
+            for old, new in old_names.items():
+                if old not in kwargs:
+                    continue
+                if positions is None:
+                    positions = _positions(function)
+                if new in kwargs or positions.get(new, len(args)) < len(args):
+                    raise TypeError(
+                        f"{owner}() got both {old}= and {new}=; {old}= is the old name of {new}=: pass only {new}="
+                    )
+                warnings.warn(
+                    f"{old}= is renamed {new}=; {old}= will be removed in a future release: write {owner}(..., "
+                    f"{new}=...)",
+                    FutureWarning,
+                    stacklevel=2,
+                )
+                kwargs[new] = kwargs.pop(old)
+            return function(*args, **kwargs)
+
+        wrapper.__hookscope_renamed__ = dict(old_names)  # type: ignore[attr-defined]
+        return wrapper
+
+    return decorate
+
+
+def _positions(function: Callable[..., Any]) -> dict[str, int]:
+    """Parameter name -> its position, for the parameters that can be passed by position."""
+    parameters = inspect.signature(function).parameters.values()
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return {p.name: index for index, p in enumerate(positional)}
 
 
 class _Plan:

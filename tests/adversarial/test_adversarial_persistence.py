@@ -184,7 +184,7 @@ def test_h1_files_with_pickle_payloads_are_refused_by_every_loader(tmp_path: Pat
 
     evil = tmp_path / "evil.safetensors"
     evil.write_bytes(pickle.dumps(Payload()))
-    pool = MonitorPool(OutputMonitor.partialconstructor(StatsReducer()), _mlp(), selector="0")
+    pool = MonitorPool(OutputMonitor.partialconstructor(StatsReducer()), _mlp(), select="0")
     for load in (WatchResults.load, load_state, pool.load):
         with pytest.raises(ValueError, match="not a safetensors file"):
             load(evil)

@@ -59,7 +59,7 @@ def test_lists_types_predicates_and_modules() -> None:
 
 def test_unknown_path_lists_closest_paths() -> None:
     with pytest.raises(
-        ValueError, match=r"selector must name an existing module path, got 'encoder.0.atn'.*'encoder.0.attn'"
+        ValueError, match=r"select must name an existing module path, got 'encoder.0.atn'.*'encoder.0.attn'"
     ):
         select_modules(Net(), "encoder.0.atn")
     with pytest.raises(ValueError, match=r"got 'decoder.\*'"):
@@ -67,9 +67,9 @@ def test_unknown_path_lists_closest_paths() -> None:
 
 
 def test_bad_selector_kinds_are_refused() -> None:
-    with pytest.raises(TypeError, match="selector must be None, a path or glob, .* got 3"):
+    with pytest.raises(TypeError, match="select must be None, a path or glob, .* got 3"):
         select_modules(Net(), 3)
-    with pytest.raises(ValueError, match="selector must be a module inside the model"):
+    with pytest.raises(ValueError, match="select must be a module inside the model"):
         select_modules(Net(), nn.Linear(1, 1))
 
 

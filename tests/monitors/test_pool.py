@@ -52,7 +52,7 @@ def test_pool_picks_modules_with_parameters_by_default_each_with_its_own_reducer
 
 def test_pool_selector_and_attr_reach_the_constructor() -> None:
     model = _model()
-    pool = MonitorPool(ParameterGradMonitor.partialconstructor(StatsReducer()), model, selector="**.0", attr="bias")
+    pool = MonitorPool(ParameterGradMonitor.partialconstructor(StatsReducer()), model, select="**.0", attr="bias")
     model(torch.randn(5, 3)).sum().backward()
     assert list(pool) == ["0", "2.0"]
     stats = pool["2.0"].peek()
@@ -80,7 +80,7 @@ def test_pool_lookup_of_an_unknown_path_lists_the_closest() -> None:
 def test_pool_registration_failing_halfway_leaves_no_hooks() -> None:
     model = _model()
     with pytest.raises(ValueError, match="attr must name an attribute of the ReLU"):
-        MonitorPool(StateMonitor.partialconstructor(StatsReducer()), model, selector=["0", "1"], attr="weight")
+        MonitorPool(StateMonitor.partialconstructor(StatsReducer()), model, select=["0", "1"], attr="weight")
     assert all(len(m._forward_hooks) == 0 for m in model.modules())
 
 

@@ -82,10 +82,10 @@ def test_layer_selection_by_glob_and_type() -> None:
     assert add_weight_change_monitor_hook(model, nn.Linear)["layer_names"] == ["0", "2"]
 
 
-def test_unknown_layer_names_list_close_names() -> None:
+def test_unknown_layer_paths_list_close_names() -> None:
     model = nn.Sequential()
     model.add_module("encoder", nn.Linear(2, 2))
-    with pytest.raises(ValueError, match=r"layer_names.*'encodr'|selector must name an existing module path.*encoder"):
+    with pytest.raises(ValueError, match=r"select must name an existing module path, got 'encodr'.*'encoder'"):
         add_weight_change_monitor_hook(model, "encodr")
     with pytest.raises(ValueError, match="must choose at least one module with a weight"):
         add_weight_change_monitor_hook(nn.Sequential(nn.ReLU(), nn.Linear(2, 2)), "0")
@@ -194,11 +194,9 @@ def test_distribution_remove_and_argument_errors() -> None:
     assert dict(data["stats"]) == {}
     with pytest.raises(ValueError, match="max_history must be a positive int, got 0"):
         add_weight_distribution_monitor(model, max_history=0)
-    with pytest.raises(
-        TypeError, match="layer_types must be an nn.Module class or a tuple of nn.Module class, got 'Linear'"
-    ):
-        add_weight_distribution_monitor(model, "Linear")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"layer_types must match at least one module with a weight.*\['Linear'\]"):
+    with pytest.raises(TypeError, match="select must be None, a path or glob, .* got 3"):
+        add_weight_distribution_monitor(model, 3)
+    with pytest.raises(ValueError, match=r"select must match at least one module .* got <class .*Conv1d.*\['Linear'\]"):
         add_weight_distribution_monitor(model, nn.Conv1d)
 
 

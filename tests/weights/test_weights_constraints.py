@@ -50,7 +50,7 @@ def test_max_norm_hook_rescales_only_rows_above_the_bound() -> None:
 
 def test_max_norm_hook_chooses_layers_and_rejects_bad_bounds() -> None:
     model = make_mlp()
-    handles = add_weight_norm_constraint_hook(model, 2.0, layer_names="2")
+    handles = add_weight_norm_constraint_hook(model, 2.0, select="2")
     assert [h.path for h in handles] == ["2"]
     for bad in (0, -1.0):
         with pytest.raises(ValueError, match="max_norm must be a positive number"):

@@ -92,7 +92,7 @@ def test_ratio_monitor_argument_errors() -> None:
     with pytest.raises(ValueError, match="capacity must be a positive int or None, got 0"):
         UpdateRatioMonitor(capacity=0)
     optimizer = torch.optim.SGD(model[0].parameters(), lr=0.1)
-    with pytest.raises(ValueError, match="layer_names must choose layers whose weights the optimizer updates"):
+    with pytest.raises(ValueError, match="select must choose layers whose weights the optimizer updates"):
         UpdateRatioMonitor().attach(model, optimizer, "2")
     monitor = UpdateRatioMonitor().attach(model, optimizer)
     assert monitor.layer_names == ["0"]

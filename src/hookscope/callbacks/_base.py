@@ -219,6 +219,10 @@ class LoopDriver:
         if failure is not None and error is None:
             raise failure
 
+    def remove(self) -> None:
+        """Same as `detach()`: every attachment's handle has `remove()`."""
+        self.detach()
+
     @property
     def is_attached(self) -> bool:
         """Whether the driver still emits events."""

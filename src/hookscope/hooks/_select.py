@@ -22,7 +22,7 @@ from typing import Any, TypeAlias
 
 import torch.nn as nn
 
-from .._check import checked, shown
+from .._check import checked, renamed, shown
 from .._errors import unknown_name
 
 __all__ = [
@@ -111,15 +111,16 @@ def _has_own(module: nn.Module) -> bool:
     return next(iter(module.parameters(recurse=False)), None) is not None
 
 
+@renamed(selector="select")
 @checked()
-def select_modules(model: nn.Module, selector: Selector = None) -> list[tuple[str, nn.Module]]:
-    """Return the `(path, module)` pairs of `model` that `selector` picks, in model order.
+def select_modules(model: nn.Module, select: Selector = None) -> list[tuple[str, nn.Module]]:
+    """Return the `(path, module)` pairs of `model` that `select` picks, in model order.
 
     Raises:
         ValueError: the selector matches no module (the message lists the closest paths, or what the model has).
         TypeError: the selector is of no supported kind.
     """
-    return choose_modules(model, selector, "selector")
+    return choose_modules(model, select, "select")
 
 
 def choose_modules(model: nn.Module, selector: Selector, argument: str) -> list[tuple[str, nn.Module]]:

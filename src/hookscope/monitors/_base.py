@@ -167,6 +167,10 @@ class Monitor:
         """Same as `deregister()`."""
         self.deregister()
 
+    def remove(self) -> None:
+        """Same as `deregister()`: every attachment's handle has `remove()`."""
+        self.deregister()
+
     def __enter__(self: MonitorT) -> MonitorT:
         return self if self.is_registered else self.register()
 

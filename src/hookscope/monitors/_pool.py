@@ -10,7 +10,7 @@ from typing import Any
 
 import torch.nn as nn
 
-from .._check import check_callable, checked
+from .._check import check_callable, checked, renamed
 from .._errors import closest_names
 from .._schema import Const, MapOf, Part, Record, SchemaError, check, found
 from ..checkpoint import from_file
@@ -26,7 +26,7 @@ STATE = Record(type=Const("MonitorPool", "a pool's state"), monitors=MapOf(Part(
 
 
 class MonitorPool(Mapping[str, Monitor]):
-    """Build a monitor with `constructor(attr, module)` for every module `selector` picks, keyed by its path.
+    """Build a monitor with `constructor(attr, module)` for every module `select` picks, keyed by its path.
 
     Paths are normalized (`module.` of DDP, `_orig_mod.` of torch.compile dropped), so a pool built on a
     model and one built on its wrapped form have the same keys. The pool is a read-only mapping
@@ -37,7 +37,7 @@ class MonitorPool(Mapping[str, Monitor]):
     Args:
         constructor: A `partialconstructor(...)` of a monitor class, or any `(attr, module) -> Monitor`.
         model: The model to select modules from; `None` to `register(model)` later.
-        selector: Which modules (see `hookscope.hooks.select_modules`); `None` picks modules with parameters.
+        select: Which modules (see `hookscope.hooks.select_modules`); `None` picks modules with parameters.
         attr: Passed to the constructor: a submodule path for input/output/gradient monitors (`""`: the
             module itself), an attribute for state and difference monitors, a parameter name for
             `ParameterGradMonitor`.
@@ -56,13 +56,14 @@ class MonitorPool(Mapping[str, Monitor]):
         (['0', '2'], 8)
     """
 
+    @renamed(selector="select")
     @checked()
     def __init__(
-        self, constructor: MonitorConstructor, model: nn.Module | None = None, selector: Selector = None, attr: str = ""
+        self, constructor: MonitorConstructor, model: nn.Module | None = None, select: Selector = None, attr: str = ""
     ) -> None:
         check_callable("constructor", constructor, 2, "constructor(attr, module) -> Monitor")
         self.constructor = constructor
-        self.selector = selector
+        self.select = select
         self.attr = attr
         self._monitors: dict[str, Monitor] = {}
         self._model: weakref.ref[nn.Module] | None = None
@@ -128,7 +129,7 @@ class MonitorPool(Mapping[str, Monitor]):
     def _build(self, model: nn.Module) -> MonitorPool:
         built: dict[str, Monitor] = {}
         try:
-            for path, module in choose_modules(model, self.selector, "selector"):
+            for path, module in choose_modules(model, self.select, "select"):
                 built[path] = monitor = self.constructor(self.attr, module)
                 if not isinstance(monitor, Monitor):
                     raise TypeError(f"constructor must return a Monitor, got {type(monitor).__name__} for {path!r}")
@@ -156,6 +157,10 @@ class MonitorPool(Mapping[str, Monitor]):
 
     def detach(self) -> None:
         """Same as `deregister()`."""
+        self.deregister()
+
+    def remove(self) -> None:
+        """Same as `deregister()`: every attachment's handle has `remove()`."""
         self.deregister()
 
     def __enter__(self) -> MonitorPool:

@@ -10,8 +10,9 @@ parametrization, after each optimizer step or before each forward, with `remap_s
 across constrained and plain models; L1/L2 penalties and decoupled weight decay (`register_weight_decay`, on
 post-accumulate-grad hooks); direct access without `.data` (`get_weights`, `set_weights_`, `init_weights_`,
 `scale_weights_`); `UpdateRatioMonitor`; and detectors (`find_duplicate_units`, `DeadUnitDetector`,
-`spectral_stats`, `weight_distance`). Layers are chosen with `hookscope.hooks` selectors and every hook goes
-through its registry; statistics stay on the device until read.
+`spectral_stats`, `weight_distance`). Layers are chosen with `select=` (a `hookscope.hooks` selector) and
+every hook goes through its registry; what attaches returns a handle with `remove()` and `with` (`HookData` for
+the dicts, `HandleGroup` for lists of hook handles); statistics stay on the device until read.
 """
 
 from ._access import get_weights, init_weights_, scale_weights_, set_weights_
@@ -35,7 +36,7 @@ from ._constrain import (
 from ._constraints import Clamp, Constraint, MaxNorm, NonNeg, UnitNorm
 from ._dead import DeadUnitDetector
 from ._detect import DuplicateUnits, detect_weight_symmetry_breaking, find_duplicate_units, spectral_stats
-from ._layers import HandleGroup
+from ._layers import HandleGroup, HookData
 from ._ratio import UpdateRatioMonitor
 from ._regularize import l1_penalty, l2_penalty, register_weight_decay
 from ._summary import format_weight_summary, print_weight_summary
@@ -51,6 +52,7 @@ __all__ = [
     "DeadUnitDetector",
     "DuplicateUnits",
     "HandleGroup",
+    "HookData",
     "MaxNorm",
     "NonNeg",
     "UnitNorm",

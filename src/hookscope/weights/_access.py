@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 from torch.nn.utils import parametrize
 
-from .._check import check_callable, checked
+from .._check import check_callable, checked, renamed
 from .._errors import unknown_name
 from ..hooks import Selector, named_modules
 from ._layers import effective_weight, has_weight, weight_layers, weight_parameter
@@ -22,10 +22,11 @@ from ._layers import effective_weight, has_weight, weight_layers, weight_paramet
 __all__ = ["get_weights", "init_weights_", "scale_weights_", "set_weights_"]
 
 
+@renamed(layer_names="select")
 @checked()
-def get_weights(model: nn.Module, layer_names: Selector = None) -> dict[str, torch.Tensor]:
+def get_weights(model: nn.Module, select: Selector = None) -> dict[str, torch.Tensor]:
     """Return path -> a detached copy of each chosen layer's weight (as the module computes with it)."""
-    return {path: effective_weight(module).detach().clone() for path, module in weight_layers(model, layer_names)}
+    return {path: effective_weight(module).detach().clone() for path, module in weight_layers(model, select)}
 
 
 @checked()
@@ -54,8 +55,9 @@ def set_weights_(model: nn.Module, weights: Mapping[str, torch.Tensor]) -> None:
                 weight_parameter(module).copy_(value)
 
 
+@renamed(layer_names="select")
 @checked()
-def init_weights_(model: nn.Module, init: Callable[[torch.Tensor], Any], layer_names: Selector = None) -> list[str]:
+def init_weights_(model: nn.Module, init: Callable[[torch.Tensor], Any], select: Selector = None) -> list[str]:
     """Call `init(weight)` (e.g. `torch.nn.init.orthogonal_`) on each chosen layer's stored weight, in place.
 
     For a parametrized weight, the stored tensor is `parametrizations.weight.original`.
@@ -65,15 +67,16 @@ def init_weights_(model: nn.Module, init: Callable[[torch.Tensor], Any], layer_n
     """
     check_callable("init", init, 1, "init(weight) -> Any, such as torch.nn.init.orthogonal_")
     paths = []
-    for path, module in weight_layers(model, layer_names):
+    for path, module in weight_layers(model, select):
         with torch.no_grad():
             init(weight_parameter(module))
         paths.append(path)
     return paths
 
 
+@renamed(layer_names="select")
 @checked()
-def scale_weights_(model: nn.Module, factor: float, layer_names: Selector = None) -> list[str]:
+def scale_weights_(model: nn.Module, factor: float, select: Selector = None) -> list[str]:
     """Multiply each chosen layer's stored weight by `factor`, in place.
 
     Raises:
@@ -89,4 +92,4 @@ def scale_weights_(model: nn.Module, factor: float, layer_names: Selector = None
         or abs(factor) == float("inf")
     ):
         raise ValueError(f"factor must be a finite number, got {factor!r}")
-    return init_weights_(model, lambda weight: weight.mul_(factor), layer_names)
+    return init_weights_(model, lambda weight: weight.mul_(factor), select)

@@ -8,11 +8,11 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from .._check import checked, shown
+from .._check import checked, renamed, shown
 from .._errors import closest_names, unknown_name
 from ..hooks import HookErrors, Selector, named_modules, register_module_hook
 from ..stats import STATISTICS, Spec, describe, finalize, norm_of, ratio_of_norms
-from ._layers import effective_weight, has_weight, weight_layers
+from ._layers import HandleGroup, HookData, effective_weight, has_weight, weight_layers
 from ._rows import LazyMapping, RowLog
 
 __all__ = [
@@ -31,8 +31,9 @@ ZERO_TOLERANCE = 1e-8
 _TAGS = ("hookscope.weights",)
 
 
+@renamed(layer_names="select")
 @checked()
-def add_weight_change_monitor_hook(model: nn.Module, layer_names: Selector = None) -> dict[str, Any]:
+def add_weight_change_monitor_hook(model: nn.Module, select: Selector = None) -> HookData:
     """Snapshot the chosen layers' weights now, as the reference that `compute_weight_changes` measures from.
 
     No hook is needed to measure a change from a snapshot, so `"handles"` is empty; it is there so that every
@@ -40,12 +41,13 @@ def add_weight_change_monitor_hook(model: nn.Module, layer_names: Selector = Non
 
     Args:
         model: The model.
-        layer_names: A hookscope selector (dotted path, glob, list of them, ...); `None` picks every module that
+        select: A hookscope selector (dotted path, glob, list of them, ...); `None` picks every module that
             has a weight of its own.
 
     Returns:
-        A dict with `"initial_weights"` (path -> tensor), `"layer_names"` (list of paths), `"handles"` (list),
-        `"remove"` (frees the snapshots) and `"reset"` (takes a new snapshot of the same layers now).
+        A dict (a `HookData`: also `remove()` and `with`) with `"initial_weights"` (path -> tensor),
+        `"layer_names"` (list of paths), `"handles"` (empty), `"remove"` (frees the snapshots) and `"reset"`
+        (takes a new snapshot of the same layers now).
 
     Raises:
         ValueError: a name matches no module (the message lists the closest paths).
@@ -57,8 +59,7 @@ def add_weight_change_monitor_hook(model: nn.Module, layer_names: Selector = Non
         >>> compute_weight_changes(model, data)
         {'0': 0.0}
     """
-    layers = weight_layers(model, layer_names)
-    data: dict[str, Any] = {"layer_names": [path for path, _ in layers], "handles": []}
+    layers = weight_layers(model, select)
 
     def reset() -> None:
         data["initial_weights"] = {path: effective_weight(m).detach().clone() for path, m in layers}
@@ -66,8 +67,8 @@ def add_weight_change_monitor_hook(model: nn.Module, layer_names: Selector = Non
     def remove() -> None:
         data["initial_weights"] = None
 
+    data = HookData({"layer_names": [path for path, _ in layers], "handles": []}, remove)
     reset()
-    data["remove"] = remove
     data["reset"] = reset
     return data
 
@@ -103,9 +104,10 @@ def compute_weight_changes(model: nn.Module, hook_data: Mapping[str, Any], metri
     return _to_floats(list(hook_data["layer_names"]), changes)
 
 
+@renamed(layer_names="select")
 @checked()
 def weight_distance(
-    model: nn.Module, reference: nn.Module, metric: str = "norm", layer_names: Selector = None
+    model: nn.Module, reference: nn.Module, metric: str = "norm", select: Selector = None
 ) -> dict[str, float]:
     """Return, per layer with a weight, the distance from `reference`'s weight to `model`'s.
 
@@ -119,7 +121,7 @@ def weight_distance(
     _check_metric(metric)
     others = dict(named_modules(reference))
     paths, changes = [], []
-    for path, module in weight_layers(model, layer_names):
+    for path, module in weight_layers(model, select):
         other = others.get(path)
         if other is None or not has_weight(other):
             close = closest_names(path, others)
@@ -195,67 +197,67 @@ def weight_statistics(weight: torch.Tensor) -> torch.Tensor:
     )
 
 
+@renamed(layer_types="select")
 @checked()
 def add_weight_distribution_monitor(
-    model: nn.Module,
-    layer_types: type[nn.Module] | tuple[type[nn.Module], ...] = (nn.Linear, nn.Conv2d),
-    *,
-    max_history: int = 1000,
-) -> dict[str, Any]:
+    model: nn.Module, select: Selector = (nn.Linear, nn.Conv2d), *, max_history: int = 1000
+) -> HookData:
     """Record the statistics of each chosen layer's weight after every forward of that layer.
 
-    A forward hook on every module of `layer_types` that has a weight computes `weight_statistics` on the
-    device (no host sync in the hook); the values become floats only when `"stats"` or `"history"` is read.
+    A forward hook on every chosen module that has a weight computes `weight_statistics` on the device (no
+    host sync in the hook); the values become floats only when `"stats"` or `"history"` is read.
     `std` is the unbiased estimate. Empty weights are skipped.
 
     Args:
         model: The model.
-        layer_types: A module type or a tuple of them.
+        select: A hookscope selector (a module type, a tuple of them, a path, a glob, ...); the default picks
+            the `nn.Linear` and `nn.Conv2d` layers; `None` picks every module with a weight.
         max_history: How many records to keep per layer; older ones are dropped and counted.
 
     Returns:
-        A dict with `"stats"` (path -> the latest statistics as floats), `"history"` (path -> list of such
-        dicts, oldest first, at most `max_history`), `"dropped"` (path -> records dropped), `"layer_names"`,
-        `"handles"`, `"remove"` and `"errors"` (a `HookErrors`: failures of the hooks are counted there and
-        warned about once, never raised into the training unless `HOOKSCOPE_STRICT=1`).
+        A dict (a `HookData`: also `remove()` and `with`) with `"stats"` (path -> the latest statistics as
+        floats), `"history"` (path -> list of such dicts, oldest first, at most `max_history`), `"dropped"`
+        (path -> records dropped), `"layer_names"`, `"handles"`, `"remove"` and `"errors"` (a `HookErrors`:
+        failures of the hooks are counted there and warned about once, never raised into the training unless
+        `HOOKSCOPE_STRICT=1`).
 
     Raises:
-        TypeError: `layer_types` is not a module type or a tuple of them.
-        ValueError: `max_history` is not a positive int, or no module of `layer_types` has a weight.
+        TypeError: `select` is of no selector kind.
+        ValueError: `max_history` is not a positive int, or `select` chooses no module with a weight.
     """
-    types = _check_types(layer_types)
     if isinstance(max_history, bool) or not isinstance(max_history, int) or max_history < 1:
         raise ValueError(f"max_history must be a positive int, got {max_history!r}")
-    layers = [(p, m) for p, m in named_modules(model) if isinstance(m, types) and has_weight(m)]
-    if not layers:
-        found = sorted({type(m).__name__ for _, m in named_modules(model) if has_weight(m)})
-        raise ValueError(
-            f"layer_types must match at least one module with a weight, got {layer_types!r}; the model's "
-            f"weighted module types are {found}"
-        )
+    layers = _distribution_layers(model, select)
     logs = {path: RowLog(len(STAT_NAMES), max_history, dtype=torch.float64) for path, _ in layers}
     errors = HookErrors("add_weight_distribution_monitor", counter='hook_data["errors"].failures')
-    handles = [
+    handles = HandleGroup(
         register_module_hook(
             m, "forward", _record_statistics(logs[p]), owner="weights.distribution", path=p, tags=_TAGS, errors=errors
         )
         for p, m in layers
         if effective_weight(m).numel() > 0
-    ]
+    )
 
-    def remove() -> None:
-        for handle in handles:
-            handle.remove()
+    def recorded() -> list[str]:
+        return [p for p, log in logs.items() if len(log)]
 
-    return {
-        "stats": LazyMapping(lambda: [p for p, log in logs.items() if len(log)], lambda p: _latest(logs[p])),
-        "history": LazyMapping(lambda: [p for p, log in logs.items() if len(log)], lambda p: _history(logs[p])),
+    items = {
+        "stats": LazyMapping(recorded, lambda p: _latest(logs[p])),
+        "history": LazyMapping(recorded, lambda p: _history(logs[p])),
         "dropped": LazyMapping(lambda: list(logs), lambda p: logs[p].dropped),
         "layer_names": [path for path, _ in layers],
-        "handles": handles,
-        "remove": remove,
+        "handles": list(handles),
         "errors": errors,
     }
+    return HookData(items, handles.remove)
+
+
+def _distribution_layers(model: nn.Module, select: Selector) -> list[tuple[str, nn.Module]]:
+    try:
+        return weight_layers(model, select)
+    except ValueError as err:
+        found = sorted({type(m).__name__ for _, m in named_modules(model) if has_weight(m)})
+        raise ValueError(f"{err}; the model's weighted module types are {found}") from None
 
 
 def _record_statistics(log: RowLog) -> Callable[[nn.Module, Any, Any], None]:
@@ -273,10 +275,3 @@ def _latest(log: RowLog) -> dict[str, float]:
 
 def _history(log: RowLog) -> list[dict[str, float]]:
     return [dict(zip(STAT_NAMES, row, strict=True)) for row in log.rows().tolist()]
-
-
-def _check_types(layer_types: Any) -> tuple[type[nn.Module], ...]:
-    types = (layer_types,) if isinstance(layer_types, type) else layer_types
-    if not isinstance(types, tuple) or not types or not all(isinstance(t, type) for t in types):
-        raise TypeError(f"layer_types must be a module type or a non-empty tuple of them, got {layer_types!r}")
-    return types

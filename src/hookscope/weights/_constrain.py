@@ -13,10 +13,10 @@ import torch
 import torch.nn as nn
 from torch.nn.utils import parametrize
 
-from .._check import checked, shown
+from .._check import checked, renamed, shown
 from ..hooks import HookHandle, Selector, normalize_path, register_module_hook, register_optimizer_hook
 from ._constraints import Constraint, MaxNorm, check_constraint
-from ._layers import weight_layers, weight_parameter
+from ._layers import HandleGroup, weight_layers, weight_parameter
 from ._nested import is_nested_step
 
 __all__ = [
@@ -144,11 +144,12 @@ def _remove_parametrization(module: nn.Module, parametrization: nn.Module) -> No
             return
 
 
+@renamed(layer_names="select")
 @checked()
 def register_constraint(
     model: nn.Module,
     constraint: Constraint,
-    layer_names: Selector = None,
+    select: Selector = None,
     *,
     mode: str | None = None,
     optimizer: torch.optim.Optimizer | None = None,
@@ -173,7 +174,7 @@ def register_constraint(
     mode = mode if mode is not None else ("step" if optimizer is not None else "forward")
     if mode not in CONSTRAINT_MODES:
         raise ValueError(f"mode must be one of {', '.join(map(repr, CONSTRAINT_MODES))}, got {mode!r}")
-    layers = weight_layers(model, layer_names)
+    layers = weight_layers(model, select)
     if not layers:
         weights = [name for name, _ in model.named_parameters() if "weight" in name.rsplit(".", 1)[-1]][:4]
         raise ValueError(
@@ -216,10 +217,9 @@ def _before_forward(handle: ConstraintHandle, path: str) -> Callable[[nn.Module,
     return hook
 
 
+@renamed(layer_names="select")
 @checked()
-def add_weight_norm_constraint_hook(
-    model: nn.Module, max_norm: float = 10.0, layer_names: Selector = None
-) -> list[HookHandle]:
+def add_weight_norm_constraint_hook(model: nn.Module, max_norm: float = 10.0, select: Selector = None) -> HandleGroup:
     """Before each forward of each chosen layer, rescale in place every output unit whose weight row has an L2
     norm above `max_norm` down to `max_norm` (max-norm regularization); other rows are untouched.
 
@@ -227,7 +227,7 @@ def add_weight_norm_constraint_hook(
     For counts of corrections use `register_constraint(model, MaxNorm(max_norm), mode="forward")`.
 
     Returns:
-        One removable forward pre-hook handle per chosen layer.
+        One forward pre-hook handle per chosen layer, as a list (a `HandleGroup`: also `remove()` and `with`).
 
     Raises:
         ValueError: `max_norm` is not a positive number, or a name matches no module.
@@ -237,10 +237,10 @@ def add_weight_norm_constraint_hook(
     def hook(module: nn.Module, args: Any) -> None:
         constraint.apply_(weight_parameter(module))
 
-    return [
+    return HandleGroup(
         register_module_hook(module, "forward_pre", hook, owner="weights.max_norm", path=path, tags=_TAGS)
-        for path, module in weight_layers(model, layer_names)
-    ]
+        for path, module in weight_layers(model, select)
+    )
 
 
 def _max_norm(max_norm: object) -> float:

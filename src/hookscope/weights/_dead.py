@@ -7,7 +7,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from .._check import FINITE, checked
+from .._check import FINITE, checked, renamed
 from ..hooks import HookErrors, HookHandle, Selector, register_module_hook, tensor_leaves
 from ..hooks._select import choose_modules
 
@@ -67,15 +67,16 @@ class DeadUnitDetector:
         self._handles: list[HookHandle] = []
         self.errors = HookErrors("DeadUnitDetector", counter="detector.errors.failures")
 
-    def attach(self, model: nn.Module, layer_names: Selector = None) -> DeadUnitDetector:
-        """Hook the modules `layer_names` picks (default: those with parameters of their own); returns self.
+    @renamed(layer_names="select")
+    def attach(self, model: nn.Module, select: Selector = None) -> DeadUnitDetector:
+        """Hook the modules `select` picks (default: those with parameters of their own); returns self.
 
         Raises:
             RuntimeError: the detector is already attached.
         """
         if self._handles:
             raise RuntimeError("DeadUnitDetector is already attached; call detach() before attaching again")
-        for path, module in choose_modules(model, layer_names, "layer_names"):
+        for path, module in choose_modules(model, select, "select"):
             self._activity[path] = activity = self._activity.get(path, _UnitActivity())
             hook = self._hook(activity)
             tags = ("hookscope.weights", "dead_units")
@@ -104,6 +105,10 @@ class DeadUnitDetector:
         """Remove the hooks (what was recorded stays readable); calling it again does nothing."""
         while self._handles:
             self._handles.pop().remove()
+
+    def remove(self) -> None:
+        """Same as `detach()`: every attachment's handle has `remove()`."""
+        self.detach()
 
     def __enter__(self) -> DeadUnitDetector:
         return self

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
-from .._check import checked
+from .._check import checked, renamed
 from ..hooks import Selector
 from ._layers import effective_weight, unit_rows, weight_layers
 
@@ -27,8 +27,8 @@ _BLOCK_ELEMENTS = 1 << 22  # entries per temporary block (16 MiB in float32)
 _SKETCH_COLUMNS = 16
 
 
-def _matrix_layers(model: nn.Module, layer_names: Selector) -> list[tuple[str, nn.Module]]:
-    return [(path, m) for path, m in weight_layers(model, layer_names) if effective_weight(m).dim() >= 2]
+def _matrix_layers(model: nn.Module, select: Selector) -> list[tuple[str, nn.Module]]:
+    return [(path, m) for path, m in weight_layers(model, select) if effective_weight(m).dim() >= 2]
 
 
 def _working_dtype(tensor: torch.Tensor) -> torch.dtype:
@@ -106,9 +106,10 @@ class DuplicateUnits:
     total: int = 0
 
 
+@renamed(layer_names="select")
 @checked()
 def find_duplicate_units(
-    model: nn.Module, threshold: float = 0.99, layer_names: Selector = None, *, max_pairs: int = 100
+    model: nn.Module, threshold: float = 0.99, select: Selector = None, *, max_pairs: int = 100
 ) -> dict[str, DuplicateUnits]:
     """Find, per layer, the pairs of output units whose weight rows have a cosine similarity above `threshold`.
 
@@ -124,7 +125,7 @@ def find_duplicate_units(
         raise ValueError(f"max_pairs must be an int >= 0, got {max_pairs!r}")
     return {
         path: _duplicates(unit_rows(effective_weight(module)), float(threshold), max_pairs)
-        for path, module in _matrix_layers(model, layer_names)
+        for path, module in _matrix_layers(model, select)
     }
 
 
@@ -149,9 +150,10 @@ def _duplicates(rows: torch.Tensor, threshold: float, max_pairs: int) -> Duplica
     return found
 
 
+@renamed(layer_names="select")
 @checked()
 def spectral_stats(
-    model: nn.Module, layer_names: Selector = None, *, power_iterations: int | None = None
+    model: nn.Module, select: Selector = None, *, power_iterations: int | None = None
 ) -> dict[str, dict[str, float]]:
     """Return, per layer, `spectral_norm` (largest singular value), `frobenius_norm` and `stable_rank`
     (||W||_F^2 / ||W||_2^2, 0.0 for a zero weight) of the weight viewed as `(out_features, -1)`.
@@ -168,7 +170,7 @@ def spectral_stats(
     ):
         raise ValueError(f"power_iterations must be None or an int >= 1, got {power_iterations!r}")
     result = {}
-    for path, module in _matrix_layers(model, layer_names):
+    for path, module in _matrix_layers(model, select):
         matrix = unit_rows(effective_weight(module))
         matrix = matrix.to(_working_dtype(matrix))
         spectral = _spectral_norm(matrix, power_iterations)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, overload
 
 import torch
 import torch.nn as nn
@@ -12,7 +12,15 @@ from torch.nn.utils import parametrize
 from ..hooks import HookHandle, Selector, named_modules
 from ..hooks._select import choose_modules
 
-__all__ = ["HandleGroup", "effective_weight", "has_weight", "unit_rows", "weight_layers", "weight_parameter"]
+__all__ = [
+    "HandleGroup",
+    "HookData",
+    "effective_weight",
+    "has_weight",
+    "unit_rows",
+    "weight_layers",
+    "weight_parameter",
+]
 
 
 def has_weight(module: nn.Module) -> bool:
@@ -22,10 +30,10 @@ def has_weight(module: nn.Module) -> bool:
     return isinstance(module._parameters.get("weight"), torch.Tensor)
 
 
-def weight_layers(model: nn.Module, layer_names: Selector = None) -> list[tuple[str, nn.Module]]:
-    """Return the `(path, module)` pairs chosen by `layer_names` that have a weight, in model order.
+def weight_layers(model: nn.Module, select: Selector = None) -> list[tuple[str, nn.Module]]:
+    """Return the `(path, module)` pairs chosen by `select` that have a weight, in model order.
 
-    `layer_names=None` picks every module with a weight of its own; otherwise it is any hookscope selector
+    `select=None` picks every module with a weight of its own; otherwise it is any hookscope selector
     (a dotted path, a glob, a list of them, a module type, a predicate).
 
     Raises:
@@ -34,14 +42,12 @@ def weight_layers(model: nn.Module, layer_names: Selector = None) -> list[tuple[
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if layer_names is None:
+    if select is None:
         return [(path, module) for path, module in named_modules(model) if has_weight(module)]
-    chosen = [
-        (path, module) for path, module in choose_modules(model, layer_names, "layer_names") if has_weight(module)
-    ]
+    chosen = [(path, module) for path, module in choose_modules(model, select, "select") if has_weight(module)]
     if not chosen:
         raise ValueError(
-            f"layer_names must choose at least one module with a weight parameter, got {layer_names!r}; "
+            f"select must choose at least one module with a weight parameter, got {select!r}; "
             "pass None to choose every module that has a weight"
         )
     return chosen
@@ -90,24 +96,71 @@ def unit_rows(weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.T
     return rows
 
 
-class HandleGroup:
-    """Hook handles placed together: `remove()` removes them all (idempotent); usable as a context manager."""
+class HandleGroup(Sequence[HookHandle]):
+    """Hook handles placed together, a sequence: `remove()` removes them all; usable as a context manager.
+
+    The handles stay in it after `remove()` (each says `is_removed`); calling it again does nothing.
+    """
 
     def __init__(self, handles: Iterable[HookHandle] = ()) -> None:
-        self.handles: list[HookHandle] = list(handles)
+        self._handles: list[HookHandle] = list(handles)
+
+    def append(self, handle: HookHandle) -> None:
+        """Add a handle placed with the others."""
+        self._handles.append(handle)
+
+    @overload
+    def __getitem__(self, index: int) -> HookHandle: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[HookHandle]: ...
+    def __getitem__(self, index: int | slice) -> HookHandle | list[HookHandle]:
+        return self._handles[index]
+
+    def __len__(self) -> int:
+        return len(self._handles)
+
+    def __iter__(self) -> Iterator[HookHandle]:
+        return iter(self._handles)
 
     def remove(self) -> None:
         """Remove every handle, newest first; calling it again does nothing."""
-        while self.handles:
-            self.handles.pop().remove()
+        for handle in reversed(self._handles):
+            handle.remove()
 
-    def __iter__(self) -> Iterator[HookHandle]:
-        return iter(self.handles)
+    def __eq__(self, other: object) -> bool:
+        # equal to a list of the same handles, as the lists these functions returned before
+        if isinstance(other, (HandleGroup, list)):
+            return list(self) == list(other)
+        return NotImplemented
 
-    def __len__(self) -> int:
-        return len(self.handles)
+    __hash__ = None  # type: ignore[assignment]  # mutable, as a list
+
+    def __repr__(self) -> str:
+        return f"HandleGroup({self._handles!r})"
 
     def __enter__(self) -> HandleGroup:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.remove()
+
+
+class HookData(dict[str, Any]):
+    """The dict an `add_weight_*` function returns, indexed as before, that is also its attachment's handle.
+
+    `remove()` runs `self["remove"]()` (idempotent), and leaving a `with` block does the same, also when the
+    block raises: `with add_weight_distribution_monitor(model) as data: ...`.
+    """
+
+    def __init__(self, items: dict[str, Any], remove: Callable[[], None]) -> None:
+        super().__init__(items, remove=remove)
+        self._remove = remove  # kept apart from the key, which the caller may overwrite
+
+    def remove(self) -> None:
+        """Remove what the function attached (hooks, snapshots); calling it again does nothing."""
+        self._remove()
+
+    def __enter__(self) -> HookData:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from .._check import checked
+from .._check import checked, renamed
 from .._schema import Int, ListOf, Optional, Record, Str, check
 from ..hooks import HookErrors, HookHandle, Selector, register_optimizer_hook
 from ..stats import Sampler, norm_of, ratio_of_norms
@@ -71,10 +71,9 @@ class UpdateRatioMonitor:
         """Steps recorded but no longer kept (past `capacity`)."""
         return self._log.dropped
 
-    def attach(
-        self, model: nn.Module, optimizer: torch.optim.Optimizer, layer_names: Selector = None
-    ) -> UpdateRatioMonitor:
-        """Watch the chosen layers' weights around every `optimizer.step()`; returns self.
+    @renamed(layer_names="select")
+    def attach(self, model: nn.Module, optimizer: torch.optim.Optimizer, select: Selector = None) -> UpdateRatioMonitor:
+        """Watch the chosen layers' weights around every `optimizer.step()`; returns self (`with` detaches).
 
         Raises:
             RuntimeError: the monitor is already attached.
@@ -83,10 +82,10 @@ class UpdateRatioMonitor:
         if self._handles:
             raise RuntimeError("UpdateRatioMonitor is already attached; call detach() before attaching again")
         optimized = {id(p) for group in optimizer.param_groups for p in group["params"]}
-        layers = [(p, weight_parameter(m)) for p, m in weight_layers(model, layer_names)]
+        layers = [(p, weight_parameter(m)) for p, m in weight_layers(model, select)]
         layers = [(path, weight) for path, weight in layers if id(weight) in optimized]
         if not layers:
-            raise ValueError("layer_names must choose layers whose weights the optimizer updates, got none of them")
+            raise ValueError("select must choose layers whose weights the optimizer updates, got none of them")
         names = [path for path, _ in layers]
         if names != self.layer_names:
             self.layer_names, self._log = names, RowLog(len(names), self.capacity)
@@ -104,6 +103,10 @@ class UpdateRatioMonitor:
         while self._handles:
             self._handles.pop().remove()
         self._weights, self._before = [], []
+
+    def remove(self) -> None:
+        """Same as `detach()`: every attachment's handle has `remove()`."""
+        self.detach()
 
     def __enter__(self) -> UpdateRatioMonitor:
         return self

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from .._check import checked
+from .._check import checked, renamed
 from ..hooks import Selector, register_post_accumulate_grad_hook
 from ._layers import HandleGroup, effective_weight, weight_layers, weight_parameter
 
@@ -17,41 +17,44 @@ __all__ = ["l1_penalty", "l2_penalty", "register_weight_decay"]
 _TAGS = ("hookscope.weights", "weight_decay")
 
 
-def _penalty(model: nn.Module, layer_names: Selector, term: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-    terms = [term(effective_weight(module)) for _, module in weight_layers(model, layer_names)]
+def _penalty(model: nn.Module, select: Selector, term: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    terms = [term(effective_weight(module)) for _, module in weight_layers(model, select)]
     if not terms:
         return torch.zeros(())
     device = terms[0].device
     return torch.stack([t.to(device) for t in terms]).sum()
 
 
+@renamed(layer_names="select")
 @checked()
-def l1_penalty(model: nn.Module, layer_names: Selector = None) -> torch.Tensor:
+def l1_penalty(model: nn.Module, select: Selector = None) -> torch.Tensor:
     """Return sum |W| over the chosen layers' weights: a differentiable 0-d tensor to add to the loss.
 
     Accumulated in float32 or wider. Example: `loss = loss + 1e-5 * l1_penalty(model)`.
     """
-    return _penalty(model, layer_names, lambda w: w.abs().sum(dtype=_accumulator(w)))
+    return _penalty(model, select, lambda w: w.abs().sum(dtype=_accumulator(w)))
 
 
+@renamed(layer_names="select")
 @checked()
-def l2_penalty(model: nn.Module, layer_names: Selector = None) -> torch.Tensor:
+def l2_penalty(model: nn.Module, select: Selector = None) -> torch.Tensor:
     """Return sum W^2 over the chosen layers' weights (no 1/2 factor): a differentiable 0-d tensor for the loss.
 
     Accumulated in float32 or wider. Example: `loss = loss + 1e-4 * l2_penalty(model, "encoder.**")`.
     """
-    return _penalty(model, layer_names, lambda w: w.square().sum(dtype=_accumulator(w)))
+    return _penalty(model, select, lambda w: w.square().sum(dtype=_accumulator(w)))
 
 
 def _accumulator(weight: torch.Tensor) -> torch.dtype:
     return torch.float64 if weight.dtype == torch.float64 else torch.float32
 
 
+@renamed(layer_names="select")
 @checked()
 def register_weight_decay(
     model: nn.Module,
     weight_decay: float,
-    layer_names: Selector = None,
+    select: Selector = None,
     *,
     lr: float | torch.optim.Optimizer,
 ) -> HandleGroup:
@@ -65,7 +68,7 @@ def register_weight_decay(
     Args:
         model: The model.
         weight_decay: The decay rate (>= 0); call again with other layers for per-layer rates.
-        layer_names: A hookscope selector; `None` picks every module with a weight.
+        select: A hookscope selector; `None` picks every module with a weight.
         lr: The learning rate, or the optimizer whose current `lr` (per parameter group, so schedulers are
             followed) is used.
 
@@ -82,12 +85,12 @@ def register_weight_decay(
     ):
         raise ValueError(f"lr must be a positive number or the optimizer to read it from, got {lr!r}")
     handles = HandleGroup()
-    for path, module in weight_layers(model, layer_names):
+    for path, module in weight_layers(model, select):
         parameter = weight_parameter(module)
         if parameter.requires_grad:
             hook = _decay(float(weight_decay), lr, parameter)
             handle = register_post_accumulate_grad_hook(parameter, hook, owner="weights.decay", path=path, tags=_TAGS)
-            handles.handles.append(handle)
+            handles.append(handle)
     return handles
 
 

@@ -12,6 +12,7 @@ import torch
 from .._check import checked, shown
 from ..hooks import HookErrors, normalize_path, register_optimizer_hook
 from ..stats import STATISTICS, Sampler, Spec, describe, finalize, norm_of, ratio_of_norms
+from ._layers import HandleGroup, HookData
 from ._nested import is_nested_step
 from ._rows import LazyMapping
 from ._snapshot import OptimizerSnapshot, optimizer_params
@@ -139,7 +140,7 @@ def _subtract(out: torch.Tensor | None, after: torch.Tensor, before: torch.Tenso
 
 
 @checked()
-def add_weight_update_monitor_hook(optimizer: torch.optim.Optimizer, log_interval: int = 10) -> dict[str, Any]:
+def add_weight_update_monitor_hook(optimizer: torch.optim.Optimizer, log_interval: int = 10) -> HookData:
     """Watch every `optimizer.step()`: the update of each parameter, and its size every `log_interval` steps.
 
     A step pre-hook copies the parameters and the optimizer state (exactly, into reused buffers: it costs one
@@ -148,11 +149,12 @@ def add_weight_update_monitor_hook(optimizer: torch.optim.Optimizer, log_interva
     they become floats when read. The copies also let `restore_optimizer_step` undo the latest step.
 
     Returns:
-        A dict with `"update_history"` (name -> list of update-to-weight ratios), `"update_norms"` (name -> list
-        of ||dW||), `"step"` (steps watched), `"last_updates"` (name -> dW of the latest step, on the device),
-        `"param_names"`, `"handles"`, `"remove"` and `"errors"` (a `HookErrors`: failures of the hooks are counted
-        there and warned about once, never raised into the training unless `HOOKSCOPE_STRICT=1`). Names are the
-        optimizer's `param_names` when it was built from `model.named_parameters()`, else `"group{g}.param{i}"`.
+        A dict (a `HookData`: also `remove()` and `with`) with `"update_history"` (name -> list of
+        update-to-weight ratios), `"update_norms"` (name -> list of ||dW||), `"step"` (steps watched),
+        `"last_updates"` (name -> dW of the latest step, on the device), `"param_names"`, `"handles"`, `"remove"`
+        and `"errors"` (a `HookErrors`: failures of the hooks are counted there and warned about once, never
+        raised into the training unless `HOOKSCOPE_STRICT=1`). Names are the optimizer's `param_names` when it
+        was built from `model.named_parameters()`, else `"group{g}.param{i}"`.
 
     Raises:
         TypeError: `optimizer` is not a `torch.optim.Optimizer`.
@@ -162,21 +164,15 @@ def add_weight_update_monitor_hook(optimizer: torch.optim.Optimizer, log_interva
         raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
     if isinstance(log_interval, bool) or not isinstance(log_interval, int) or log_interval < 1:
         raise ValueError(f"log_interval must be an int >= 1, got {log_interval!r}")
-    data: dict[str, Any] = {"step": 0, "last_updates": {}, "param_names": optimizer_param_names(optimizer)}
+    handles = HandleGroup()
+    data = HookData({"step": 0, "last_updates": {}, "param_names": optimizer_param_names(optimizer)}, handles.remove)
     tracker = _UpdateTracker(optimizer, log_interval, data)
     errors = HookErrors("add_weight_update_monitor_hook", counter='hook_data["errors"].failures')
-    handles = [
-        register_optimizer_hook(optimizer, "step_pre", tracker.before_step, owner=tracker, tags=_TAGS, errors=errors),
-        register_optimizer_hook(optimizer, "step_post", tracker.after_step, owner=tracker, tags=_TAGS, errors=errors),
-    ]
-
-    def remove() -> None:
-        for handle in handles:
-            handle.remove()
-
+    for kind, hook in (("step_pre", tracker.before_step), ("step_post", tracker.after_step)):
+        handles.append(register_optimizer_hook(optimizer, kind, hook, owner=tracker, tags=_TAGS, errors=errors))
     data["update_history"] = LazyMapping(tracker.names, lambda name: tracker.column(name, 0))
     data["update_norms"] = LazyMapping(tracker.names, lambda name: tracker.column(name, 1))
-    data.update(handles=handles, remove=remove, errors=errors, _tracker=tracker)
+    data.update(handles=list(handles), errors=errors, _tracker=tracker)
     return data
 
 
