@@ -18,6 +18,9 @@ from hookscope.summary import summary
 from .zoo import MODELS, NAN_STEP, STEPS, build, expected_layers, faulty, healthy
 
 NAMES = list(MODELS)
+SLOWEST = {"gpt2": 10.6, "tv_mobilenet_v3": 5.6, "mobilenet_v2": 5.4}
+"""Seconds of their slowest test here (`pytest --durations`, 2 workers): marked slow; they still run in `make test`."""
+MARKED = [pytest.param(name, marks=pytest.mark.slow) if name in SLOWEST else name for name in NAMES]
 WIDTHS = (80, 100, 160)
 
 
@@ -25,7 +28,7 @@ def widest(text: str) -> int:
     return max(map(len, text.splitlines()))
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", MARKED)
 def test_summary_counts_every_parameter_once_and_fits_the_terminal(name: str) -> None:
     rich_console = pytest.importorskip("rich.console")
     spec = MODELS[name]
@@ -41,7 +44,7 @@ def test_summary_counts_every_parameter_once_and_fits_the_terminal(name: str) ->
     assert widest(table.to_text()) > 100  # the natural table is wider than a terminal: the test means something
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", MARKED)
 def test_a_healthy_run_records_every_selected_layer_warns_nothing_and_the_doctor_is_silent(name: str) -> None:
     run = healthy(name)
     results = run.results
@@ -64,7 +67,7 @@ def only(findings: list[Finding], check: str) -> list[Finding]:
     return [f for f in findings if f.check == check]
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", MARKED)
 def test_a_nan_written_into_one_layer_is_blamed_on_that_layer_at_that_step(name: str) -> None:
     findings = diagnose(faulty(name, "nan").results)
     first = findings[0]
@@ -73,7 +76,7 @@ def test_a_nan_written_into_one_layer_is_blamed_on_that_layer_at_that_step(name:
     ), format_findings(findings)  # fmt: skip
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", MARKED)
 def test_a_dead_block_is_found_at_its_activation(name: str) -> None:
     spec = MODELS[name]
     run = faulty(name, "dead")
@@ -84,7 +87,7 @@ def test_a_dead_block_is_found_at_its_activation(name: str) -> None:
     assert first.evidence["never"] == first.evidence["units"] == int((activity == 0).sum()) == activity.numel()
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", MARKED)
 def test_a_learning_rate_100_times_too_high_is_found_from_the_first_steps(name: str) -> None:
     findings = diagnose(faulty(name, "lr").results)
     (found,) = only(findings, "lr_too_high")
