@@ -9,6 +9,8 @@ callbacks (`ActivationStats`), `watch()`, the weight tools and the distributed m
 - `_describe.py`: one tensor, exactly (`describe`, the reference) or from a sample (`describe_large`).
 - `_sample.py`: which values describe a large tensor (a systematic sample at a prime stride).
 - `_batched.py`: many small tensors at once, by segment reductions.
+- `_rows.py`: the samples of many large tensors at once, as the rows of one float32 matrix (thresholds rounded
+  exactly to float32, results float64), in reused buffers.
 - `_histogram.py`: the one histogram kernel and its range policy (power-of-two ranges that follow the data and
   re-bin exactly; fixed ranges count what falls outside).
 - `_norms.py`: norms of gradients, updates and weights, and the update-to-weight ratio.
