@@ -1,6 +1,7 @@
 """watch(): one line to monitor a model while it trains, and `WatchResults`, what it collected.
 
-`_api.py` holds `watch()`; `_watch.py` `Watch` (a `hookscope.callbacks.Callback` that drives itself in plain
+`_api.py` holds `watch()`, `_options.py` its keywords (`WatchOptions`, shared with `Watch`);
+`_watch.py` `Watch` (a `hookscope.callbacks.Callback` that drives itself in plain
 loops; `_scaler.py` its view of a `GradScaler`); `_recorder.py` the hooks, `_step.py` and `_params.py` what they
 add to the steps' rows (`_buffers.py`: one row per recorded step in the engine's tables, `hookscope.stats`, moved
 to the host when full or read; every statistic is the engine's); `_inspect.py` what is read from modules besides
@@ -12,7 +13,7 @@ flushed steps to CSV, JSON lines or TensorBoard; `_state.py` resumes a run.
 from ._api import watch
 from ._inspect import identical_units
 from ._merge import combine_results, merge_results
-from ._options import GROUPS
+from ._options import GROUPS, WatchOptions
 from ._results import ACTIVATION_STATS, GRAD_STATS, WatchResults
 from ._sinks import CSVSink, JSONLSink, Sink, TensorBoardSink
 from ._watch import ACTIVATION_TYPES, Watch, default_selector
@@ -27,6 +28,7 @@ __all__ = [
     "Sink",
     "TensorBoardSink",
     "Watch",
+    "WatchOptions",
     "WatchResults",
     "combine_results",
     "default_selector",
