@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from hookscope import CompiledModelWarning
 from hookscope.checkpoint import load_state, save_state
+from hookscope.hooks import CompiledModelWarning
 from hookscope.monitors import MonitorPool, OutputMonitor
 from hookscope.reducers import StatsReducer
 from hookscope.watch import WatchResults, watch

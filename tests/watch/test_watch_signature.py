@@ -10,7 +10,7 @@ import pytest
 import torch.nn as nn
 
 import hookscope
-from hookscope.watch import WatchOptions
+from hookscope.watch._options import WatchOptions
 
 
 def _keywords(function: typing.Callable[..., object]) -> list[tuple[str, object, object]]:

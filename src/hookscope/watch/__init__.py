@@ -1,6 +1,6 @@
 """watch(): one line to monitor a model while it trains, and `WatchResults`, what it collected.
 
-`_api.py` holds `watch()`, `_options.py` its keywords (`WatchOptions`, shared with `Watch`);
+`_api.py` holds `watch()`, `_options.py` its keywords (written once, shared with `Watch`);
 `_watch.py` `Watch` (a `hookscope.callbacks.Callback` that drives itself in plain
 loops; `_scaler.py` its view of a `GradScaler`); `_recorder.py` the hooks, `_step.py` and `_params.py` what they
 add to the steps' rows (`_buffers.py`: one row per recorded step in the engine's tables, `hookscope.stats`, moved
@@ -10,10 +10,11 @@ statistics; `_store.py` the bounded host-side store; `_assemble.py` and `_extras
 flushed steps to CSV, JSON lines or TensorBoard; `_state.py` resumes a run.
 """
 
+from .._errors import UnobservedModuleWarning
 from ._api import watch
 from ._inspect import identical_units
 from ._merge import combine_results, merge_results
-from ._options import GROUPS, WatchOptions
+from ._options import GROUPS
 from ._results import ACTIVATION_STATS, GRAD_STATS, WatchResults
 from ._sinks import CSVSink, JSONLSink, Sink, TensorBoardSink
 from ._watch import ACTIVATION_TYPES, Watch, default_selector
@@ -27,8 +28,8 @@ __all__ = [
     "JSONLSink",
     "Sink",
     "TensorBoardSink",
+    "UnobservedModuleWarning",
     "Watch",
-    "WatchOptions",
     "WatchResults",
     "combine_results",
     "default_selector",

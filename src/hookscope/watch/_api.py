@@ -44,7 +44,7 @@ def watch(model: nn.Module, optimizer: torch.optim.Optimizer | None = None, **op
     (`HookFailureWarning`), or raised with `strict=True`. A model holding the watch can be pickled, saved with
     `torch.save` and deep-copied: the copy carries inert hooks.
 
-    The keywords after `optimizer` are the fields of `WatchOptions`, which owns their names, types and defaults.
+    The keywords after `optimizer` are written once, in `hookscope.watch._options.WatchOptions` (shared with `Watch`).
 
     Args:
         model: The model to watch.
