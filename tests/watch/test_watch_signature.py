@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import inspect
 import typing
+import weakref
 
 import pytest
+import torch
 import torch.nn as nn
 
 import hookscope
@@ -55,3 +58,13 @@ def test_options_reach_the_watch_and_unknown_keywords_fail() -> None:
         hookscope.watch(nn.Linear(2, 2), evry=3)
     with pytest.raises(ValueError, match="every must be a positive int, got 0"):
         WatchOptions(every=0)
+
+
+def test_options_do_not_keep_the_scaler_alive() -> None:
+    """The watch reads the scaler through a weak reference, as before its options were gathered in one object."""
+    scaler = torch.amp.GradScaler("cpu")
+    w = hookscope.Watch(nn.Linear(2, 2), scaler=scaler)
+    gone = weakref.ref(scaler)
+    del scaler
+    gc.collect()
+    assert gone() is None and w.options.scaler is None

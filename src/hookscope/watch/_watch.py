@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -39,7 +40,8 @@ class Watch(WatchSteps, Callback):
     def __init__(
         self, model: nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None, **options: Any
     ) -> None:
-        self.options = WatchOptions(**options)
+        chosen = WatchOptions(**options)
+        self.options = replace(chosen, scaler=None)  # the scaler is held by weakref only (GradScalerSteps)
         self.errors = HookErrors("watch()", self.options.strict, self._count_error)
         if model is not None:
             check_hookable(model, "model")
@@ -49,7 +51,7 @@ class Watch(WatchSteps, Callback):
             raise TypeError(f"optimizer must be a torch.optim.Optimizer or None, got {type(optimizer).__name__}")
         self.select = self.options.select
         self.sinks = list(self.options.sinks)
-        scaler = self.options.scaler
+        scaler = chosen.scaler
         self._scaler = None if scaler is None else GradScalerSteps(check_scaler(scaler))
         self._skipped: list[int] = []  # steps the scaler skipped (non-finite gradients)
         self._model_ref = None if model is None else weakref.ref(model)
