@@ -10,7 +10,7 @@ model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
 means: dict[str, torch.Tensor] = {}
 with hookscope.scope():
     for name, parameter in model.named_parameters():
-        hookscope.register_post_accumulate_grad_hook(
+        hookscope.hooks.register_post_accumulate_grad_hook(
             parameter, lambda p, name=name: means.__setitem__(name, p.grad.mean()), path=name
         )
     model(torch.randn(32, 8)).pow(2).mean().backward()

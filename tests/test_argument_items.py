@@ -12,19 +12,18 @@ import torch.nn as nn
 
 import hookscope
 from hookscope import (
-    MaxNorm,
     MonitorPool,
     ReservoirReducer,
     StatsReducer,
     analyze_weight_updates,
     list_hooks,
-    register_constraint,
-    register_module_hook,
     restore_optimizer_step,
     select_modules,
     watch,
 )
+from hookscope.hooks import register_module_hook
 from hookscope.monitors import DifferenceMonitor, OutputMonitor, ParameterGradMonitor
+from hookscope.weights import MaxNorm, register_constraint
 
 
 def _mlp() -> nn.Sequential:

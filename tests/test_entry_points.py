@@ -32,7 +32,8 @@ import hookscope
 from hookscope.reducers import StatsReducer
 
 PACKAGES = ("hooks", "monitors", "reducers", "weights", "callbacks", "watch", "report", "plot", "distributed")
-"""Subpackages whose whole `__all__` is checked (doctor and summary: their entry points in hookscope.__all__)."""
+"""Subpackages whose whole `__all__` is checked (doctor and summary: their entry points in hookscope.__all__ and
+in `hookscope.MOVED`, the names that left the top level for their subpackage)."""
 
 EXCLUDED: dict[str, str] = {
     **dict.fromkeys(
@@ -130,7 +131,7 @@ def recipe(name: str, t: dict[str, Any]) -> dict[str, Any]:
         "normalize_path": {"path": "module.0"},
         "print_weight_summary": {"weight_changes": {"0": 0.1}, "weight_stats": {}},
         "format_weight_summary": {"weight_changes": {"0": 0.1}, "weight_stats": {}},
-        "register_constraint": {"model": model, "constraint": hookscope.MaxNorm(1.0)},
+        "register_constraint": {"model": model, "constraint": hookscope.weights.MaxNorm(1.0)},
         "register_global_module_hook": {"kind": "forward", "hook": hook},
         "register_global_optimizer_hook": {"kind": "step_post", "hook": hook},
         "register_module_hook": {"module": model[0], "kind": "forward", "hook": hook},
@@ -358,12 +359,15 @@ FREE_KINDS = (bool, nn.Module, torch.Tensor, torch.optim.Optimizer, hookscope.Re
 # ---- discovery ------------------------------------------------------------------------------------------------
 def entry_points() -> dict[str, Any]:
     found: dict[str, Any] = {}
-    for module in ["hookscope", *(f"hookscope.{name}" for name in PACKAGES)]:
-        namespace = importlib.import_module(module)
-        for name in namespace.__all__:
-            value = getattr(namespace, name)
-            if callable(value) and not (isinstance(value, type) and issubclass(value, BaseException)):
-                found.setdefault(name, value)
+    exported = [
+        (name, getattr(namespace, name))
+        for namespace in map(importlib.import_module, ["hookscope", *(f"hookscope.{name}" for name in PACKAGES)])
+        for name in namespace.__all__
+    ]
+    moved = [(name, getattr(importlib.import_module(home), name)) for name, home in hookscope.MOVED.items()]
+    for name, value in exported + moved:
+        if callable(value) and not (isinstance(value, type) and issubclass(value, BaseException)):
+            found.setdefault(name, value)
     return {name: value for name, value in sorted(found.items()) if name not in EXCLUDED}
 
 
@@ -529,6 +533,6 @@ def test_the_exclusions_are_few_and_still_exported() -> None:
         name
         for module in ["hookscope", *(f"hookscope.{p}" for p in PACKAGES)]
         for name in importlib.import_module(module).__all__
-    }
+    } | set(hookscope.MOVED)
     assert set(EXCLUDED) <= exported and len(EXCLUDED) <= 25
     assert len(list(cases())) >= 300, len(list(cases()))

@@ -1,39 +1,22 @@
 """hookscope: see and steer what happens inside a PyTorch model while it trains.
 
-The public surface is flat: every name below is re-exported from its subpackage.
+The top level holds what a user types in the first hour: `watch`, `summary`, `diagnose`, the fastai vocabulary,
+the weight tools, the monitor and reducer classes, saving and merging. Everything else lives in its subpackage
+(`hookscope.hooks`, `hookscope.weights`, `hookscope.doctor`, `hookscope.summary` ...). Names that used to be here
+still import, with a `FutureWarning` naming their new home (`MOVED`).
 """
 
-from ._errors import (
-    CompiledModelWarning,
-    HookFailureWarning,
-    HookscopeWarning,
-    MergeWarning,
-    UnobservedModuleWarning,
-)
-from .callbacks import ActivationStats, Callback, HookCallback, LoopDriver
+from __future__ import annotations
+
+import importlib
+import warnings
+from typing import Any
+
+from ._errors import HookscopeWarning
+from .callbacks import ActivationStats, Callback, HookCallback
 from .checkpoint import load_state, save_state
-from .doctor import Finding, diagnose, format_findings
-from .hooks import (
-    Hook,
-    HookHandle,
-    HookInfo,
-    Hooks,
-    hook_output,
-    hook_outputs,
-    list_hooks,
-    named_modules,
-    normalize_path,
-    register_global_module_hook,
-    register_global_optimizer_hook,
-    register_module_hook,
-    register_optimizer_hook,
-    register_output_grad_hook,
-    register_post_accumulate_grad_hook,
-    register_tensor_hook,
-    remove_hooks,
-    scope,
-    select_modules,
-)
+from .doctor import diagnose
+from .hooks import Hook, Hooks, hook_output, hook_outputs, list_hooks, remove_hooks, scope, select_modules
 from .monitors import (
     DifferenceMonitor,
     InputMonitor,
@@ -56,7 +39,6 @@ from .reducers import (
     StatsReducer,
 )
 from .summary import (
-    ModelSummary,
     dummy_eval,
     has_params,
     layer_info,
@@ -68,10 +50,6 @@ from .summary import (
 )
 from .watch import Watch, WatchResults, combine_results, merge_results, watch
 from .weights import (
-    Clamp,
-    MaxNorm,
-    NonNeg,
-    UnitNorm,
     add_weight_change_monitor_hook,
     add_weight_distribution_monitor,
     add_weight_norm_constraint_hook,
@@ -80,7 +58,6 @@ from .weights import (
     compute_weight_changes,
     detect_weight_symmetry_breaking,
     print_weight_summary,
-    register_constraint,
     restore_optimizer_step,
 )
 
@@ -90,28 +67,17 @@ __all__ = [
     "ActivationStats",
     "CAReducer",
     "Callback",
-    "Clamp",
-    "CompiledModelWarning",
     "DifferenceMonitor",
     "EMAReducer",
-    "Finding",
     "HistogramReducer",
     "HistoryReducer",
     "Hook",
     "HookCallback",
-    "HookFailureWarning",
-    "HookHandle",
-    "HookInfo",
     "Hooks",
     "HookscopeWarning",
     "InputMonitor",
-    "LoopDriver",
-    "MaxNorm",
-    "MergeWarning",
-    "ModelSummary",
     "Monitor",
     "MonitorPool",
-    "NonNeg",
     "OutputGradMonitor",
     "OutputMonitor",
     "ParameterGradMonitor",
@@ -121,8 +87,6 @@ __all__ = [
     "ReservoirReducer",
     "StateMonitor",
     "StatsReducer",
-    "UnitNorm",
-    "UnobservedModuleWarning",
     "Watch",
     "WatchResults",
     "__version__",
@@ -136,7 +100,6 @@ __all__ = [
     "detect_weight_symmetry_breaking",
     "diagnose",
     "dummy_eval",
-    "format_findings",
     "has_params",
     "hook_output",
     "hook_outputs",
@@ -146,18 +109,8 @@ __all__ = [
     "merge_results",
     "model_sizes",
     "module_summary",
-    "named_modules",
-    "normalize_path",
     "num_features_model",
     "print_weight_summary",
-    "register_constraint",
-    "register_global_module_hook",
-    "register_global_optimizer_hook",
-    "register_module_hook",
-    "register_optimizer_hook",
-    "register_output_grad_hook",
-    "register_post_accumulate_grad_hook",
-    "register_tensor_hook",
     "remove_hooks",
     "restore_optimizer_step",
     "save_state",
@@ -167,3 +120,68 @@ __all__ = [
     "total_params",
     "watch",
 ]
+
+MOVED = {
+    **dict.fromkeys(
+        (
+            "CompiledModelWarning",
+            "HookFailureWarning",
+            "HookHandle",
+            "HookInfo",
+            "named_modules",
+            "normalize_path",
+            "register_global_module_hook",
+            "register_global_optimizer_hook",
+            "register_module_hook",
+            "register_optimizer_hook",
+            "register_output_grad_hook",
+            "register_post_accumulate_grad_hook",
+            "register_tensor_hook",
+        ),
+        "hookscope.hooks",
+    ),
+    **dict.fromkeys(("Clamp", "MaxNorm", "NonNeg", "UnitNorm", "register_constraint"), "hookscope.weights"),
+    **dict.fromkeys(("Finding", "format_findings"), "hookscope.doctor"),
+    "LoopDriver": "hookscope.callbacks",
+    "MergeWarning": "hookscope.distributed",
+    "ModelSummary": "hookscope.summary",
+    "UnobservedModuleWarning": "hookscope.watch",
+}
+"""Names that were top-level before 0.2, and the subpackage each lives in now."""
+
+SUBPACKAGES = (
+    "callbacks",
+    "checkpoint",
+    "cli",
+    "distributed",
+    "doctor",
+    "hooks",
+    "integrations",
+    "monitors",
+    "plot",
+    "reducers",
+    "report",
+    "stats",
+    "summary",
+    "watch",
+    "weights",
+)
+"""The public subpackages, listed by `dir(hookscope)` beside `__all__`."""
+
+
+def __getattr__(name: str) -> Any:
+    """Resolve a name moved to a subpackage, with a `FutureWarning` naming the import to use instead."""
+    home = MOVED.get(name)
+    if home is None:
+        raise AttributeError(f"module 'hookscope' has no attribute {name!r}")
+    warnings.warn(
+        f"hookscope.{name} moved to {home}: use `from {home} import {name}` (the top-level name will be removed in "
+        "the next release)",
+        FutureWarning,
+        stacklevel=2,
+    )
+    return getattr(importlib.import_module(home), name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*__all__, *SUBPACKAGES})

@@ -60,5 +60,5 @@ def unknown_name(argument: str, name: str, candidates: Iterable[str], what: str 
     hint = f" Closest {what}s: {', '.join(repr(c) for c in close)}." if close else ""
     return (
         f"{argument} must name an existing {what}, got {name!r}.{hint}"
-        f" List them with [path for path, _ in hookscope.named_modules(model)]."
+        f" List them with [path for path, _ in hookscope.hooks.named_modules(model)]."
     )

@@ -43,8 +43,11 @@ def save_state(path: str | os.PathLike[str], source: Any, *, kind: str = _KIND) 
 
 
 @checked()
-def load_state(path: str | os.PathLike[str], target: Any = None, *, kind: str = _KIND) -> Any:
+def load_state(path: str | os.PathLike[str], target: Any = None, *, kind: str | None = None) -> Any:
     """Read a state written by `save_state` with the same `kind`; with `target`, call `target.load_state_dict`.
+
+    `kind` defaults to the kind of file `target`'s own `save` writes (its `state_kind`: "reducer" for reducers,
+    "monitor", "monitor_pool"), else "state": `hookscope.load_state(path, reducer)` reads `reducer.save(path)`.
 
     The whole file is decoded and checked before `target` sees it; a target whose `load_state_dict` refuses
     the state is left as it was (hookscope's own objects load all or nothing).
@@ -54,6 +57,8 @@ def load_state(path: str | os.PathLike[str], target: Any = None, *, kind: str = 
             malformed, or holds a state `target` refuses; the message names the file and the field.
     """
     source = f"file {str(path)!r}"
+    if kind is None:
+        kind = getattr(target, "state_kind", _KIND) if target is not None else _KIND
     tensors, document = load_bundle(path, kind)
     if set(document) != {"state"}:
         raise SchemaError(source, "document", f"must hold exactly the key 'state', got keys {sorted(document)}")

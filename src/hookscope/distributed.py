@@ -9,11 +9,13 @@ of hanging (the group of a timeout is made on its first use, itself a collective
 every rank). Outside a distributed run every function returns its input merged with nothing.
 
 `merge_parts` is the one sequence every merge follows (header -> common layout -> each rank's tables aligned to
-it -> one collective per table -> assembly), either as a collective (every rank calls it) or over parts given
-together (saved per-rank files); the merges of `WatchResults`, `ActivationStats` and `StatsReducer` are written on
-it. Also here: `grad_reduction` (the label saying whether parameter gradients were seen before or after DDP's
-all-reduce, or as FSDP2 shards), `grad_norms` (full gradient norms of a DDP or FSDP2 model) and `check_replicas`
-(which parameters differ across ranks).
+it -> one collective per table -> assembly), a collective (every rank calls it); `combine_parts` runs the same
+sequence over parts held in this process (saved per-rank files). The names follow one rule: `merge_*` is a
+collective across ranks (every rank calls it and gets the merged object), `combine*` folds parts held in this
+process and returns a new object, its inputs unchanged. The merges and combines of `WatchResults` and
+`ActivationStats` are written on them. Also here: `grad_reduction` (the label saying whether parameter gradients
+were seen before or after DDP's all-reduce, or as FSDP2 shards), `grad_norms` (full gradient norms of a DDP or
+FSDP2 model) and `check_replicas` (which parameters differ across ranks).
 """
 
 from __future__ import annotations
@@ -249,8 +251,7 @@ def reduce_tables(
 
 
 def merge_parts(
-    own: Part | None,
-    parts: Sequence[Part] | None,
+    own: Part,
     *,
     header: Callable[[Part], Header],
     layout: Callable[[list[Header]], Layout],
@@ -259,23 +260,37 @@ def merge_parts(
     assemble: Callable[[list[Header], Layout, dict[str, torch.Tensor]], Result],
     timeout: datetime.timedelta = DEFAULT_TIMEOUT,
 ) -> Result:
-    """Merge per-rank parts in the one sequence every merge follows.
+    """Merge this rank's part `own` with every other rank's, in the one sequence every merge follows.
 
-    Each part is described by a small picklable `header`; the headers of every rank give the common `layout`
-    (the union of keys and steps, the widest histogram ranges ...); each part is packed into tables aligned to
-    it; the tables are reduced over ranks (`reduce_tables` with `ops`); `assemble` builds the result. With `own`
-    (this rank's part) it is a collective that every rank calls and every rank gets the same result; with
-    `parts` (every rank's, rank 0 first) it runs in this process alone.
+    A collective: every rank calls it and gets the same result. Each part is described by a small picklable
+    `header`; the headers of every rank give the common `layout` (the union of keys and steps, the widest
+    histogram ranges ...); each part is packed into tables aligned to it; the tables are reduced over ranks
+    (`reduce_tables` with `ops`); `assemble` builds the result.
     """
-    if own is not None:
-        headers = gather_objects(header(own), timeout=timeout)
-        common = layout(headers)
-        tables = reduce_tables(
-            pack(own, headers[rank()] if is_distributed() else headers[0], common), ops, timeout=timeout
-        )
-        return assemble(headers, common, tables)
+    headers = gather_objects(header(own), timeout=timeout)
+    common = layout(headers)
+    tables = reduce_tables(pack(own, headers[rank()] if is_distributed() else headers[0], common), ops, timeout=timeout)
+    return assemble(headers, common, tables)
+
+
+def combine_parts(
+    parts: Sequence[Part],
+    *,
+    header: Callable[[Part], Header],
+    layout: Callable[[list[Header]], Layout],
+    pack: Callable[[Part, Header, Layout], dict[str, torch.Tensor]],
+    ops: dict[str, str],
+    assemble: Callable[[list[Header], Layout, dict[str, torch.Tensor]], Result],
+) -> Result:
+    """Combine parts held in this process (every rank's, rank 0 first) as `merge_parts` merges ranks' parts.
+
+    No collective; the parts are read, never changed.
+
+    Raises:
+        ValueError: `parts` is empty.
+    """
     if not parts:
-        raise ValueError("parts must hold at least one part to merge, got none")
+        raise ValueError("parts must hold at least one part to combine, got none")
     headers = [header(part) for part in parts]
     common = layout(headers)
     tables = reduce_tables([pack(part, h, common) for part, h in zip(parts, headers, strict=True)], ops)
@@ -299,7 +314,7 @@ def merge_stats_reducer(reducer: StatsReducer, *, timeout: datetime.timedelta = 
     for theirs in gather_objects(state, timeout=timeout):
         part = StatsReducer(**theirs["config"])
         part.load_state_dict(theirs)
-        merged.merge(part)
+        merged = merged.combine(part)
     return merged
 
 

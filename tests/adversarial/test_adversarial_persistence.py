@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from hookscope import CompiledModelWarning
 from hookscope.checkpoint import load_state, save_state
+from hookscope.hooks import CompiledModelWarning
 from hookscope.monitors import MonitorPool, OutputMonitor
 from hookscope.reducers import StatsReducer
 from hookscope.watch import WatchResults, watch
@@ -185,7 +185,7 @@ def test_h1_files_with_pickle_payloads_are_refused_by_every_loader(tmp_path: Pat
     evil = tmp_path / "evil.safetensors"
     evil.write_bytes(pickle.dumps(Payload()))
     pool = MonitorPool(OutputMonitor.partialconstructor(StatsReducer()), _mlp(), select="0")
-    for load in (WatchResults.load, load_state, pool.load):
+    for load in (WatchResults.load, load_state, lambda path: load_state(path, pool), StatsReducer.load):
         with pytest.raises(ValueError, match="not a safetensors file"):
             load(evil)
     assert not (tmp_path / "pwned").exists()

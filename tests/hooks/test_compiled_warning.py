@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from hookscope import CompiledModelWarning
+from hookscope.hooks import CompiledModelWarning
 from hookscope.watch import WatchResults, watch
 
 INPUTS = [torch.randn(8, 4, generator=torch.Generator().manual_seed(k)) for k in range(3)]

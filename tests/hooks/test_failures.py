@@ -13,9 +13,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from hookscope import HookFailureWarning
 from hookscope.callbacks import ActivationStats
-from hookscope.hooks import HookErrors, register_module_hook, scope
+from hookscope.hooks import HookErrors, HookFailureWarning, register_module_hook, scope
 from hookscope.monitors import OutputMonitor
 from hookscope.reducers import HistoryReducer
 from hookscope.stats import RecordTable

@@ -8,8 +8,14 @@ import pytest
 import torch
 import torch.nn as nn
 
-from hookscope import CompiledModelWarning
-from hookscope.hooks import named_modules, normalize_path, register_module_hook, select_modules, unwrap
+from hookscope.hooks import (
+    CompiledModelWarning,
+    named_modules,
+    normalize_path,
+    register_module_hook,
+    select_modules,
+    unwrap,
+)
 
 
 class Block(nn.Module):

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn as nn
 
+from hookscope import load_state
 from hookscope.hooks import scope
 from hookscope.monitors import (
     DifferenceMonitor,
@@ -143,7 +144,7 @@ def test_save_and_load_resume_exactly_where_a_run_stopped(name: str, tmp_path: P
     resumed_model = _model()
     resumed_model.load_state_dict(first_model.state_dict())
     resumed = MonitorPool(constructor, resumed_model, attr=attr)
-    resumed.load(path)
+    load_state(path, resumed)
     _train(resumed_model, range(7, 12), sink)
 
     for key in straight:
@@ -176,7 +177,7 @@ def test_a_single_monitor_saves_and_loads(tmp_path: Path) -> None:
     layer(torch.ones(3, 2))
     path = monitor.save(tmp_path / "monitor.safetensors")
     restored = OutputMonitor(StatsReducer())
-    restored.load(path)
+    load_state(path, restored)
     assert restored.counts == monitor.counts and int(restored.peek().count) == 6
     with pytest.raises(
         ValueError,
@@ -184,9 +185,9 @@ def test_a_single_monitor_saves_and_loads(tmp_path: Path) -> None:
     ):
         from hookscope.monitors import InputMonitor
 
-        InputMonitor(StatsReducer()).load(path)
+        load_state(path, InputMonitor(StatsReducer()))
     with pytest.raises(ValueError, match="must hold hookscope data of kind 'monitor_pool', found 'monitor'"):
-        MonitorPool(OutputMonitor.partialconstructor(StatsReducer())).load(path)
+        load_state(path, MonitorPool(OutputMonitor.partialconstructor(StatsReducer())))
     monitor.deregister()
 
 

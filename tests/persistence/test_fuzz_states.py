@@ -80,7 +80,7 @@ def _reducer(reducer: Reducer, shape: tuple[int, ...] = (6,)) -> Kind:
         r.push(torch.randn(shape))
         assert r.pushes == pushes + 1 and r.peek() is not None
 
-    return Kind(type(reducer).__name__, reducer, reducer.state_schema(), "reducer", lambda r, p: r.load(p), use)
+    return Kind(type(reducer).__name__, reducer, reducer.state_schema(), "reducer", lambda r, p: load_state(p, r), use)
 
 
 def _monitor_schema(monitor: OutputMonitor) -> Record:
@@ -97,7 +97,9 @@ def _monitor() -> Kind:
         model(torch.randn(8, 3))
         assert m.counts["recorded"] == recorded + 1
 
-    return Kind("OutputMonitor", monitor, _monitor_schema(monitor), "monitor", lambda m, p: m.load(p), use, (model,))
+    return Kind(
+        "OutputMonitor", monitor, _monitor_schema(monitor), "monitor", lambda m, p: load_state(p, m), use, (model,)
+    )
 
 
 def _pool() -> Kind:
@@ -112,7 +114,7 @@ def _pool() -> Kind:
         model(torch.randn(8, 3))
         assert all(m.counts["recorded"] == 2 for m in p.values())
 
-    return Kind("MonitorPool", pool, schema, "monitor_pool", lambda p, f: p.load(f), use, (model,))
+    return Kind("MonitorPool", pool, schema, "monitor_pool", lambda p, f: load_state(f, p), use, (model,))
 
 
 def _watch() -> Kind:

@@ -175,7 +175,7 @@ def test_monitor_pool_load_is_all_or_nothing(tmp_path: Path) -> None:
     state["monitors"]["0"]["counts"]["recorded"] = 12345  # a valid first monitor ...
     state["monitors"]["2"]["reducer"]["state"]["record"] = torch.zeros(2, dtype=torch.float64)  # ... a broken one
     with pytest.raises(ValueError, match=r"field state.monitors\['2'\].reducer.state.record must have dim 0 of size 9"):
-        pool.load(save_state(tmp_path / "pool.safetensors", state, kind="monitor_pool"))
+        load_state(save_state(tmp_path / "pool.safetensors", state, kind="monitor_pool"), pool)
     assert pool["0"].counts["recorded"] == 24 and pool["2"].counts["recorded"] == 24
     model(torch.randn(2, 3))
     assert pool["0"].counts["recorded"] == 25 and int(pool["0"].peek().count) == 25 * 2 * 4

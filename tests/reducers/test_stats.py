@@ -53,7 +53,7 @@ def test_matches_the_oracle(seed: int, shapes: list[tuple[int, ...]], dtype: tor
 
 @settings(max_examples=15, deadline=None)
 @given(seed=st.integers(0, 2**16), left=shapes, right=shapes)
-def test_merge_equals_pushing_everything_into_one(
+def test_combine_equals_pushing_everything_into_one(
     seed: int, left: list[tuple[int, ...]], right: list[tuple[int, ...]]
 ) -> None:
     first, second = _batches(seed, left, torch.float32, 2.0), _batches(seed + 1, right, torch.float32, 5.0)
@@ -64,7 +64,7 @@ def test_merge_equals_pushing_everything_into_one(
         other.push(batch)
     for batch in first + second:
         single.push(batch)
-    merged.merge(other)
+    merged = merged.combine(other)
     expected, got = single.peek(), merged.peek()
     assert expected is not None and got is not None
     for name, value in expected.as_dict().items():
@@ -72,22 +72,23 @@ def test_merge_equals_pushing_everything_into_one(
     assert merged.pushes == single.pushes
 
 
-def test_merge_into_an_empty_reducer_and_of_an_empty_one() -> None:
+def test_combine_with_an_empty_reducer_either_side() -> None:
     full, empty = StatsReducer(), StatsReducer()
     full.push(torch.tensor([1.0, 3.0]))
-    full.merge(StatsReducer())
-    empty.merge(full)
+    full, empty = full.combine(StatsReducer()), empty.combine(full)
     for reducer in (full, empty):
         stats = reducer.peek()
         assert stats is not None and (int(stats.count), stats.mean.item()) == (2, 2.0)
         assert stats.var.item() == pytest.approx(2.0, rel=1e-12)
 
 
-def test_merge_refuses_other_reducers() -> None:
+def test_combine_refuses_other_reducers() -> None:
     from hookscope.reducers import EMAReducer
 
     with pytest.raises(TypeError, match="other must be a StatsReducer, got EMAReducer"):
-        StatsReducer().merge(EMAReducer(0.1))  # type: ignore[arg-type]
+        StatsReducer().combine(EMAReducer(0.1))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="other must count near-zero values as this reducer does"):
+        StatsReducer().combine(StatsReducer(near_zero=0.5))
 
 
 def test_fp16_values_of_300_stay_finite_and_match_fp32() -> None:

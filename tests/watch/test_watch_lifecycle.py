@@ -14,9 +14,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from hookscope import UnobservedModuleWarning
 from hookscope.hooks import REGISTRY
-from hookscope.watch import CSVSink, JSONLSink, TensorBoardSink, Watch, WatchResults, watch
+from hookscope.watch import CSVSink, JSONLSink, TensorBoardSink, UnobservedModuleWarning, Watch, WatchResults, watch
 
 
 def mlp() -> nn.Sequential:

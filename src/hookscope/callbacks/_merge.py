@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from .._check import NON_EMPTY, TIMEOUT, checked
-from ..distributed import DEFAULT_TIMEOUT, combine_ranks, merge_parts
+from ..distributed import DEFAULT_TIMEOUT, combine_parts, combine_ranks, merge_parts
 from ..stats import EXPONENT_NONE, RECORD, empty, rebin
 from ._activation_stats import ActivationStats
 
@@ -64,9 +64,11 @@ def combine_activation_stats(parts: Sequence[ActivationStats]) -> ActivationStat
 def _merge(
     own: ActivationStats | None, parts: list[ActivationStats] | None, timeout: datetime.timedelta
 ) -> ActivationStats:
-    return merge_parts(
-        own, parts, header=_header, layout=_Layout.build, pack=_pack, ops=_OPS, assemble=_assemble, timeout=timeout
-    )
+    steps: dict[str, Any] = {"header": _header, "layout": _Layout.build, "pack": _pack, "ops": _OPS}
+    steps["assemble"] = _assemble
+    if own is not None:
+        return merge_parts(own, timeout=timeout, **steps)  # type: ignore[no-any-return]
+    return combine_parts(parts or [], **steps)  # type: ignore[no-any-return]
 
 
 def _header(stats: ActivationStats) -> dict[str, Any]:

@@ -11,6 +11,7 @@ strict). Everything above this package (monitors, weights, summaries, callbacks)
 these functions.
 """
 
+from .._errors import CompiledModelWarning, HookFailureWarning
 from ._calls import STRICT_ENV, HookErrors, InertHook, default_strict, user_stacklevel
 from ._fastai import Hook, Hooks, gather_tensor, hook_output, hook_outputs
 from ._grad import register_output_grad_hook
@@ -28,8 +29,10 @@ __all__ = [
     "MODULE_KINDS",
     "REGISTRY",
     "STRICT_ENV",
+    "CompiledModelWarning",
     "Hook",
     "HookErrors",
+    "HookFailureWarning",
     "HookHandle",
     "HookInfo",
     "HookRegistry",

@@ -15,12 +15,13 @@ import threading
 import weakref
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import torch.nn as nn
 
 from .._check import checked
 from .._errors import UserHookError
+from .._loading import deprecated_load
 from .._schema import Const, Int, Part, Record, SchemaError, check, found
 from ..checkpoint import from_file
 from ..hooks import HookErrors, HookHandle, InertHook, check_hookable, register_module_hook, tensor_leaves
@@ -62,6 +63,9 @@ class Monitor:
     Raises:
         TypeError: `reducer` is not a `Reducer`, or a flag is not a bool.
     """
+
+    state_kind: ClassVar[str] = "monitor"
+    """The kind tag of the files `save` writes (`hookscope.load_state(path, obj)` reads it)."""
 
     @classmethod
     def partialconstructor(
@@ -249,11 +253,16 @@ class Monitor:
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the state atomically to `path` (safetensors + JSON) and return the path."""
-        return save_state(path, self.state_dict(), kind="monitor")
+        return save_state(path, self.state_dict(), kind=self.state_kind)
 
     def load(self, path: str | os.PathLike[str]) -> None:
-        """Restore the state `save(path)` wrote (never unpickles)."""
-        state = load_state(path, kind="monitor")
+        """Deprecated: restore the state `save(path)` wrote; use `hookscope.load_state(path, monitor)`.
+
+        `X.load(path)` returns a new object wherever hookscope defines it; a monitor cannot be rebuilt from a
+        file (its selection and functions are code), so restoring one is `hookscope.load_state(path, monitor)`.
+        """
+        deprecated_load(self, "m")
+        state = load_state(path, kind=self.state_kind)
         with from_file(path):
             self.load_state_dict(state)
 

@@ -6,12 +6,13 @@ import os
 import weakref
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch.nn as nn
 
 from .._check import check_callable, checked, renamed
 from .._errors import closest_names
+from .._loading import deprecated_load
 from .._schema import Const, MapOf, Part, Record, SchemaError, check, found
 from ..checkpoint import from_file
 from ..hooks import Selector
@@ -55,6 +56,9 @@ class MonitorPool(Mapping[str, Monitor]):
         >>> sorted(pool), int(pool["2"].peek().count)
         (['0', '2'], 8)
     """
+
+    state_kind: ClassVar[str] = "monitor_pool"
+    """The kind tag of the files `save` writes (`hookscope.load_state(path, obj)` reads it)."""
 
     @renamed(selector="select")
     @checked()
@@ -220,11 +224,13 @@ class MonitorPool(Mapping[str, Monitor]):
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write every monitor's state atomically to one file (safetensors + JSON) and return the path."""
-        return save_state(path, self.state_dict(), kind="monitor_pool")
+        return save_state(path, self.state_dict(), kind=self.state_kind)
 
     def load(self, path: str | os.PathLike[str], strict: bool = True) -> None:
-        """Restore the state `save(path)` wrote (never unpickles)."""
-        state = load_state(path, kind="monitor_pool")
+        """Deprecated: restore the state `save(path)` wrote; use `hookscope.load_state(path, pool)` (see
+        `Monitor.load`)."""
+        deprecated_load(self, "pool")
+        state = load_state(path, kind=self.state_kind)
         with from_file(path):
             self.load_state_dict(state, strict=strict)
 

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, TypeVar
 import torch
 
 from .._check import hint_for
+from .._loading import class_loader
 from .._schema import Const, Field, Int, Record, SchemaError, check, found
 from ..checkpoint import from_file
 from ..stats import accumulate_dtype, wide_dtype
@@ -32,11 +33,14 @@ class Reducer(ABC):
     Contract: `push(*tensors)` adds one observation; `peek()` returns the current reduced value (`None` before
     the first push); `dump()` everything kept, oldest first, stacked along a new first dimension (`None` when
     empty); `view(step)` the value as of push number `step` (from 0) where the reducer keeps history;
-    `clear()` forgets everything; `state_dict()` / `load_state_dict()` and `save(path)` / `load(path)` persist
-    it; `pushes` and `dropped` count the observations seen and the ones not kept. Pushes are thread-safe.
+    `clear()` forgets everything; `state_dict()` / `load_state_dict()` and `save(path)` / `Reducer.load(path)`
+    (a classmethod returning a new reducer) persist it; `pushes` and `dropped` count the observations seen and the
+    ones not kept. Pushes are thread-safe.
     """
 
     keeps_history: ClassVar[bool] = False
+    state_kind: ClassVar[str] = "reducer"
+    """The kind tag of the files `save` writes (`hookscope.load_state(path, reducer)` reads it)."""
     STATE: ClassVar[Field] = Record()
     """The format of the tensor state (`state_dict()["state"]`), declared by each reducer next to `_state()`."""
 
@@ -178,17 +182,25 @@ class Reducer(ABC):
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the state atomically to `path` (safetensors + JSON) and return the path."""
-        return save_state(path, self.state_dict(), kind="reducer")
+        return save_state(path, self.state_dict(), kind=self.state_kind)
 
-    def load(self, path: str | os.PathLike[str]) -> None:
-        """Restore the state `save(path)` wrote (never unpickles).
+    @class_loader
+    def load(cls: type[Reducer], path: str | os.PathLike[str]) -> Reducer:
+        """Return a new reducer of the type and configuration `save(path)` wrote, with its state (never unpickles).
+
+        A classmethod: `r = StatsReducer.load(path)` (or `Reducer.load(path)`, whatever type the file holds).
+        Restoring into an existing reducer is `hookscope.load_state(path, r)`; `r.load(path)` raises `TypeError`.
+        Only hookscope's own reducer types are built (looked up by name), or `cls` itself when the file names it.
 
         Raises:
-            ValueError: the file is not a reducer file, or holds another reducer type or configuration.
+            ValueError: the file is not a reducer file, names a reducer type that is not hookscope's (nor `cls`),
+                or holds a type that is not `cls` or a subclass, or a configuration or state that does not fit.
         """
-        state = load_state(path, kind="reducer")
+        state = load_state(path, kind=cls.state_kind)
         with from_file(path):
-            self.load_state_dict(state)
+            reducer = _build(cls, state)
+            reducer.load_state_dict(state)
+        return reducer
 
     @abstractmethod
     def _push(self, tensors: tuple[torch.Tensor, ...]) -> None:
@@ -249,6 +261,26 @@ def single(name: str, tensors: tuple[torch.Tensor, ...]) -> torch.Tensor:
             "returns one tensor, or use a reducer that pools values (StatsReducer, HistogramReducer, ReservoirReducer)"
         )
     return tensors[0]
+
+
+def _build(cls: type[Reducer], state: dict[str, Any]) -> Reducer:
+    """A new reducer of the type and configuration `state` names: hookscope's own types only, or `cls` itself."""
+    from ._types import REDUCER_TYPES  # the fixed table (its modules import this one)
+
+    name, config = state.get("type"), state.get("config")
+    kind = cls if name == cls.__name__ else REDUCER_TYPES.get(name) if isinstance(name, str) else None
+    if kind is None:
+        raise SchemaError(
+            "state", "state.type", f"must name one of hookscope's reducers {sorted(REDUCER_TYPES)}, got {name!r}"
+        )
+    if not issubclass(kind, cls):
+        raise SchemaError("state", "state.type", f"must be a {cls.__name__}, got {name}; use {name}.load(path)")
+    if not isinstance(config, dict) or not all(isinstance(key, str) for key in config):
+        raise SchemaError("state", "state.config", f"must be a dict of constructor arguments, got {found(config)}")
+    try:
+        return kind(**config)
+    except TypeError as err:
+        raise SchemaError("state", "state.config", f"must be the arguments of {name}, got {config!r} ({err})") from None
 
 
 def _check_tensors(name: str, tensors: tuple[Any, ...]) -> None:

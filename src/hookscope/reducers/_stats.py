@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any
 
 import torch
@@ -46,7 +47,8 @@ class StatsReducer(Reducer):
     push is described exactly by `hookscope.stats.describe` and folded in by Chan's formulas
     (`hookscope.stats.combine`), so the statistics are those of every value pushed, by the definitions that
     `ActivationStats` and `watch()` report too: non-finite values are counted apart and never enter the others.
-    `merge(other)` folds another reducer's values in exactly as if they had been pushed here.
+    `combine(other)` returns a new reducer holding both reducers' values, exactly as if all had been pushed into
+    one.
 
     Args:
         near_zero: A value is near zero when |x| <= near_zero.
@@ -101,13 +103,38 @@ class StatsReducer(Reducer):
         stats = self.peek()
         return None if stats is None else Stats(**{name: t.unsqueeze(0) for name, t in stats.as_dict().items()})
 
-    def merge(self, other: StatsReducer) -> None:
-        """Fold `other`'s values into this reducer (Chan's formulas), as if they had been pushed here.
+    def combine(self, other: StatsReducer) -> StatsReducer:
+        """Return a new reducer holding this one's values and `other`'s (Chan's formulas), on this one's device.
+
+        The statistics are those of every value pushed into either, as if all had been pushed into one reducer;
+        neither input changes.
 
         Raises:
             TypeError: `other` is not a `StatsReducer`.
             ValueError: `other` has another `near_zero`.
         """
+        self._check_other(other)
+        combined = StatsReducer(self.near_zero).to(self.device)
+        combined._fold(self)
+        combined._fold(other)
+        return combined
+
+    def merge(self, other: StatsReducer) -> None:
+        """Deprecated: fold `other` into this reducer in place; use `combined = reducer.combine(other)`.
+
+        `merge_*` names are collectives across ranks (`hookscope.distributed.merge_stats_reducer`); folding
+        reducers held in this process is `combine`, which returns a new reducer.
+        """
+        warnings.warn(
+            "StatsReducer.merge(other) is deprecated and will be removed in the next release: use "
+            "combined = reducer.combine(other) (a new reducer; inputs unchanged)",
+            FutureWarning,
+            stacklevel=2,
+        )
+        self._check_other(other)
+        self._fold(other)
+
+    def _check_other(self, other: object) -> None:
         if not isinstance(other, StatsReducer):
             raise TypeError(f"other must be a StatsReducer, got {type(other).__name__}")
         if other.near_zero != self.near_zero:
@@ -115,6 +142,8 @@ class StatsReducer(Reducer):
                 f"other must count near-zero values as this reducer does (near_zero={self.near_zero}), got "
                 f"near_zero={other.near_zero}"
             )
+
+    def _fold(self, other: StatsReducer) -> None:
         theirs = other.state_dict()
         with self._lock, torch.no_grad():
             self._record = combine(self._record, move(theirs["state"]["record"], self._device))

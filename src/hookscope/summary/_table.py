@@ -24,7 +24,7 @@ class LayerRow:
     (parameters used by several submodules once), so a row folded by `depth` still tells its whole subtree.
 
     Attributes:
-        path: Dotted module path (`""` for the root), normalized as `hookscope.named_modules` does.
+        path: Dotted module path (`""` for the root), normalized as `hookscope.hooks.named_modules` does.
         type: Class name of the module.
         depth: Nesting depth (0 for the root).
         calls: How many times the module ran in the forward (0: never called).

@@ -1,6 +1,7 @@
 """watch(): one line to monitor a model while it trains, and `WatchResults`, what it collected.
 
-`_api.py` holds `watch()`; `_watch.py` `Watch` (a `hookscope.callbacks.Callback` that drives itself in plain
+`_api.py` holds `watch()`, `_options.py` its keywords (written once, shared with `Watch`);
+`_watch.py` `Watch` (a `hookscope.callbacks.Callback` that drives itself in plain
 loops; `_scaler.py` its view of a `GradScaler`); `_recorder.py` the hooks, `_step.py` and `_params.py` what they
 add to the steps' rows (`_buffers.py`: one row per recorded step in the engine's tables, `hookscope.stats`, moved
 to the host when full or read; every statistic is the engine's); `_inspect.py` what is read from modules besides
@@ -9,6 +10,7 @@ statistics; `_store.py` the bounded host-side store; `_assemble.py` and `_extras
 flushed steps to CSV, JSON lines or TensorBoard; `_state.py` resumes a run.
 """
 
+from .._errors import UnobservedModuleWarning
 from ._api import watch
 from ._inspect import identical_units
 from ._merge import combine_results, merge_results
@@ -26,6 +28,7 @@ __all__ = [
     "JSONLSink",
     "Sink",
     "TensorBoardSink",
+    "UnobservedModuleWarning",
     "Watch",
     "WatchResults",
     "combine_results",

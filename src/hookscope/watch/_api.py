@@ -2,42 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from typing import Any
 
 import torch
 import torch.nn as nn
 
 from .._check import checked
-from ..hooks import Selector
-from ._options import GROUPS
-from ._sinks import Sink
+from ._options import WatchCall, options_signature
 from ._watch import Watch
 
 __all__ = ["watch"]
 
 
 @checked()
-def watch(
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer | None = None,
-    *,
-    select: Selector = None,
-    every: int = 1,
-    train_only: bool = True,
-    groups: Iterable[str] = GROUPS,
-    capacity: int | None = 1024,
-    buffer_steps: int = 64,
-    hist_bins: int = 40,
-    hist_range: tuple[float, float] | None = None,
-    near_zero: float = 1e-3,
-    check_nonfinite: bool = True,
-    sinks: Iterable[Sink] = (),
-    doctor: bool = False,
-    doctor_every: int = 100,
-    scaler: torch.amp.GradScaler | None = None,
-    exact: bool = False,
-    strict: bool | None = None,
-) -> Watch:
+@options_signature(WatchCall)
+def watch(model: nn.Module, optimizer: torch.optim.Optimizer | None = None, **options: Any) -> Watch:
     """Monitor `model` while it trains: use as `with watch(model, opt) as w: <train>`, then `w.results()`.
 
     For the modules `select` picks, records per step: activation statistics of each output (`ACTIVATION_STATS`:
@@ -64,6 +43,8 @@ def watch(
     the watch's own hooks never reaches the training: it is counted in `dropped["error"]` and warned about once
     (`HookFailureWarning`), or raised with `strict=True`. A model holding the watch can be pickled, saved with
     `torch.save` and deep-copied: the copy carries inert hooks.
+
+    The keywords after `optimizer` are written once, in `hookscope.watch._options.WatchOptions` (shared with `Watch`).
 
     Args:
         model: The model to watch.
@@ -117,10 +98,4 @@ def watch(
         >>> r.steps.tolist(), list(r.layers), sorted(r.activations["0"])[:3]
         ([0, 1, 2], ['0', '1', '2'], ['count', 'max', 'mean'])
     """
-    return Watch(
-        model, optimizer, select=select, every=every, train_only=train_only, groups=groups, capacity=capacity,
-        buffer_steps=buffer_steps, hist_bins=hist_bins, hist_range=hist_range, near_zero=near_zero,
-        check_nonfinite=check_nonfinite, sinks=sinks, doctor=doctor, doctor_every=doctor_every, scaler=scaler,
-        exact=exact,
-        strict=strict,
-    )  # fmt: skip
+    return Watch(model, optimizer, **options)

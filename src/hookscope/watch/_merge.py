@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from .._check import NON_EMPTY, TIMEOUT, checked
-from ..distributed import DEFAULT_TIMEOUT, GRAD_SHARDED, MergeWarning, combine_ranks, merge_parts
+from ..distributed import DEFAULT_TIMEOUT, GRAD_SHARDED, MergeWarning, combine_parts, combine_ranks, merge_parts
 from ..stats import EXPONENT_NONE, auto_edges, exponent_of_edges, finalize, fixed_edges, from_statistics, rebin
 from ._assemble import merge_first
 from ._results import ACTIVATION_STATS, GRAD_STATS, WatchResults
@@ -91,19 +91,15 @@ def combine_results(parts: Sequence[WatchResults], *, average_output_grads: bool
 def _merge(
     own: WatchResults | None, parts: list[WatchResults] | None, average: bool, timeout: datetime.timedelta
 ) -> WatchResults:
-    merged, notes = merge_parts(
-        own,
-        parts,
-        header=_header,
-        layout=_Layout.build,
-        pack=_pack,
-        ops=_OPS,
-        assemble=lambda headers, layout, tables: _assemble(headers, layout, tables, average),
-        timeout=timeout,
-    )
+    steps: dict[str, Any] = {"header": _header, "layout": _Layout.build, "pack": _pack, "ops": _OPS}
+    steps["assemble"] = lambda headers, layout, tables: _assemble(headers, layout, tables, average)
+    if own is not None:
+        merged, notes = merge_parts(own, timeout=timeout, **steps)
+    else:
+        merged, notes = combine_parts(parts or [], **steps)
     for note in notes:
         warnings.warn(note, MergeWarning, stacklevel=4)
-    return merged
+    return merged  # type: ignore[no-any-return]
 
 
 # ---- what each rank has, and the union of it --------------------------------------------------------------------

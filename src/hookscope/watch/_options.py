@@ -1,14 +1,29 @@
-"""The options of `watch()`, checked once with messages that say how to fix them."""
+"""The keywords of `watch()` and `Watch`: written once here (names, types, defaults, checks), read by both.
+
+`WatchOptions` owns them; `watch()` and `Watch.__init__` take `**options` typed by `options_signature`, which gives
+static checkers (through a `ParamSpec`) and `inspect.signature` (through `__signature__`) every keyword explicitly.
+"""
 
 from __future__ import annotations
 
+import inspect
 import math
-from collections.abc import Iterable
+import typing
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
+import torch
+import torch.nn as nn
+
+from ..hooks import Selector
 from ..stats import check_bins, check_range
+from ._sinks import Sink
 
-__all__ = ["GROUPS", "WatchOptions"]
+__all__ = ["GROUPS", "WatchCall", "WatchInit", "WatchOptions", "method_options_signature", "options_signature"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 GROUPS = (
     "activations",
@@ -22,61 +37,103 @@ GROUPS = (
 """What `watch()` can collect, named after the `WatchResults` fields they fill (all by default)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WatchOptions:
-    """Validated options of one `Watch` (see `watch()` for their meaning)."""
+    """The keywords of `watch()` and `Watch`, checked when built (see `watch()` for what each one does).
 
+    `groups` is kept as a frozenset, `sinks` as a tuple and `near_zero` as a float.
+
+    Raises:
+        ValueError: an option is out of range (the message names it and says what it accepts).
+        TypeError: `groups` is a single string instead of a collection of names, a sink lacks `write`/`close`.
+    """
+
+    select: Selector = None
     every: int = 1
     train_only: bool = True
-    groups: frozenset[str] = frozenset(GROUPS)
+    groups: Iterable[str] = GROUPS
     capacity: int | None = 1024
     buffer_steps: int = 64
     hist_bins: int = 40
     hist_range: tuple[float, float] | None = None
     near_zero: float = 1e-3
     check_nonfinite: bool = True
+    sinks: Iterable[Sink] = ()
     doctor: bool = False
     doctor_every: int = 100
+    scaler: torch.amp.GradScaler | None = None
     exact: bool = False
+    strict: bool | None = None
 
-    @classmethod
-    def build(
-        cls,
-        *,
-        every: int,
-        train_only: bool,
-        groups: Iterable[str],
-        capacity: int | None,
-        buffer_steps: int,
-        hist_bins: int,
-        hist_range: tuple[float, float] | None,
-        near_zero: float,
-        check_nonfinite: bool,
-        doctor: bool,
-        doctor_every: int,
-        exact: bool = False,
-    ) -> WatchOptions:
-        """Check every option and return them.
-
-        Raises:
-            ValueError: an option is out of range (the message names it and says what it accepts).
-            TypeError: `groups` is a single string instead of a collection of names.
-        """
-        _positive("every", every)
-        _positive("buffer_steps", buffer_steps)
-        _positive("hist_bins", hist_bins)
-        _positive("doctor_every", doctor_every)
-        if capacity is not None:
-            _positive("capacity", capacity, " or None (keep every recorded step)")
-        chosen = _groups(groups)
-        hist_range = check_range("hist_range", hist_range)
-        check_bins("hist_bins", hist_bins, automatic=hist_range is None)
+    def __post_init__(self) -> None:
+        _positive("every", self.every)
+        _positive("buffer_steps", self.buffer_steps)
+        _positive("hist_bins", self.hist_bins)
+        _positive("doctor_every", self.doctor_every)
+        if self.capacity is not None:
+            _positive("capacity", self.capacity, " or None (keep every recorded step)")
+        hist_range = check_range("hist_range", self.hist_range)
+        check_bins("hist_bins", self.hist_bins, automatic=hist_range is None)
+        near_zero = self.near_zero
         if not (isinstance(near_zero, (int, float)) and math.isfinite(near_zero) and near_zero >= 0):
             raise ValueError(f"near_zero must be a finite number >= 0, got {near_zero!r}")
-        return cls(
-            every, bool(train_only), chosen, capacity, buffer_steps, hist_bins, hist_range, float(near_zero),
-            bool(check_nonfinite), bool(doctor), doctor_every, bool(exact),
-        )  # fmt: skip
+        normal: dict[str, object] = {
+            "groups": _groups(self.groups),
+            "sinks": _sinks(self.sinks),
+            "hist_range": hist_range,
+        }
+        normal |= {"near_zero": float(near_zero), "train_only": bool(self.train_only), "exact": bool(self.exact)}
+        normal |= {"check_nonfinite": bool(self.check_nonfinite), "doctor": bool(self.doctor)}
+        for name, value in normal.items():
+            object.__setattr__(self, name, value)  # frozen: normalised once, here
+
+
+@dataclass(frozen=True)
+class WatchCall(WatchOptions):
+    """The parameters of `watch()`: `model`, `optimizer`, then the options (a signature, never built)."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer | None = None
+
+
+@dataclass(frozen=True)
+class WatchInit(WatchOptions):
+    """The parameters of `Watch()`: as `watch()`'s, with `model` optional (a signature, never built)."""
+
+    model: nn.Module | None = None
+    optimizer: torch.optim.Optimizer | None = None
+
+
+def options_signature(source: Callable[P, Any]) -> Callable[[Callable[..., R]], Callable[P, R]]:
+    """Give the decorated `f(..., **options)` the parameters of the dataclass `source`, for static checkers and
+    `inspect.signature` (annotations resolved, so `checked()` reads them), keeping `f`'s return annotation."""
+
+    def decorate(function: Callable[..., R]) -> Callable[P, R]:
+        function.__signature__ = _resolved(source, function)  # type: ignore[attr-defined]
+        return function
+
+    return decorate
+
+
+def method_options_signature(
+    source: Callable[P, Any],
+) -> Callable[[Callable[..., None]], Callable[Concatenate[Any, P], None]]:
+    """`options_signature` for an `__init__(self, ..., **options)`."""
+
+    def decorate(function: Callable[..., None]) -> Callable[Concatenate[Any, P], None]:
+        signature = _resolved(source, function)
+        me = next(iter(inspect.signature(function).parameters.values()))
+        function.__signature__ = signature.replace(parameters=[me, *signature.parameters.values()])  # type: ignore[attr-defined]
+        return function
+
+    return decorate
+
+
+def _resolved(source: Callable[..., Any], function: Callable[..., Any]) -> inspect.Signature:
+    hints = typing.get_type_hints(source)
+    parameters = [p.replace(annotation=hints[p.name]) for p in inspect.signature(source).parameters.values()]
+    returns = typing.get_type_hints(function).get("return", inspect.Signature.empty)
+    return inspect.Signature(parameters, return_annotation=returns)
 
 
 def _positive(name: str, value: object, alternative: str = "") -> None:
@@ -91,4 +148,15 @@ def _groups(groups: Iterable[str]) -> frozenset[str]:
     unknown = sorted(chosen - set(GROUPS))
     if unknown:
         raise ValueError(f"groups must be names from {GROUPS}, got unknown {unknown}")
+    return chosen
+
+
+def _sinks(sinks: Iterable[Sink]) -> tuple[Sink, ...]:
+    chosen = tuple(sinks)
+    for sink in chosen:
+        if not (callable(getattr(sink, "write", None)) and callable(getattr(sink, "close", None))):
+            raise TypeError(
+                f"sinks must have write(results) and close() methods (CSVSink, JSONLSink, TensorBoardSink), got "
+                f"{type(sink).__name__}"
+            )
     return chosen

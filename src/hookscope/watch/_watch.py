@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -14,18 +14,17 @@ from .._check import checked
 from ..callbacks import Callback, LoopDriver
 from ..callbacks._steps import ForwardFrames
 from ..distributed import grad_reduction
-from ..hooks import HookErrors, HookHandle, Selector, check_hookable, normalize_path
+from ..hooks import HookErrors, HookHandle, check_hookable, normalize_path
 from ..hooks._calls import contained
 from ..hooks._guards import check_real_device
 from ..hooks._select import choose_modules
 from ._assemble import build_results, first_from_flags, merge_first
 from ._extras import collect_extras, watch_meta
-from ._options import GROUPS, WatchOptions
+from ._options import WatchInit, WatchOptions, method_options_signature
 from ._recorder import Recorder
 from ._results import WatchResults
 from ._scaler import GradScalerSteps, check_scaler
 from ._selection import ACTIVATION_TYPES, default_selection, default_selector
-from ._sinks import Sink
 from ._state import apply_pending_state, check_pending_state, load_watch_state, watch_state
 from ._stepping import WatchSteps
 from ._store import SeriesStore
@@ -37,42 +36,22 @@ class Watch(WatchSteps, Callback):
     """Monitor a model while it trains; see `watch()` for the arguments. A `Callback`, and a context manager."""
 
     @checked()
+    @method_options_signature(WatchInit)
     def __init__(
-        self,
-        model: nn.Module | None = None,
-        optimizer: torch.optim.Optimizer | None = None,
-        *,
-        select: Selector = None,
-        every: int = 1,
-        train_only: bool = True,
-        groups: Iterable[str] = GROUPS,
-        capacity: int | None = 1024,
-        buffer_steps: int = 64,
-        hist_bins: int = 40,
-        hist_range: tuple[float, float] | None = None,
-        near_zero: float = 1e-3,
-        check_nonfinite: bool = True,
-        sinks: Iterable[Sink] = (),
-        doctor: bool = False,
-        doctor_every: int = 100,
-        scaler: torch.amp.GradScaler | None = None,
-        exact: bool = False,
-        strict: bool | None = None,
+        self, model: nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None, **options: Any
     ) -> None:
-        self.errors = HookErrors("watch()", strict, self._count_error)
-        self.options = WatchOptions.build(
-            every=every, train_only=train_only, groups=groups, capacity=capacity, buffer_steps=buffer_steps,
-            hist_bins=hist_bins, hist_range=hist_range, near_zero=near_zero, check_nonfinite=check_nonfinite,
-            doctor=doctor, doctor_every=doctor_every, exact=exact,
-        )  # fmt: skip
+        chosen = WatchOptions(**options)
+        self.options = replace(chosen, scaler=None)  # the scaler is held by weakref only (GradScalerSteps)
+        self.errors = HookErrors("watch()", self.options.strict, self._count_error)
         if model is not None:
             check_hookable(model, "model")
-            if select is not None:
-                choose_modules(model, select, "select")  # fail now, not with an empty run
+            if self.options.select is not None:
+                choose_modules(model, self.options.select, "select")  # fail now, not with an empty run
         if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(f"optimizer must be a torch.optim.Optimizer or None, got {type(optimizer).__name__}")
-        self.select = select
-        self.sinks = _check_sinks(sinks)
+        self.select = self.options.select
+        self.sinks = list(self.options.sinks)
+        scaler = chosen.scaler
         self._scaler = None if scaler is None else GradScalerSteps(check_scaler(scaler))
         self._skipped: list[int] = []  # steps the scaler skipped (non-finite gradients)
         self._model_ref = None if model is None else weakref.ref(model)
@@ -349,14 +328,3 @@ class Watch(WatchSteps, Callback):
 
 def _alive(ref: weakref.ref[Any] | None) -> Any:
     return None if ref is None else ref()
-
-
-def _check_sinks(sinks: Iterable[Sink]) -> list[Sink]:
-    chosen = list(sinks)
-    for sink in chosen:
-        if not (callable(getattr(sink, "write", None)) and callable(getattr(sink, "close", None))):
-            raise TypeError(
-                f"sinks must have write(results) and close() methods (CSVSink, JSONLSink, TensorBoardSink), got "
-                f"{type(sink).__name__}"
-            )
-    return chosen
