@@ -15,7 +15,7 @@ from typing import Any
 from ._errors import HookscopeWarning
 from .callbacks import ActivationStats, Callback, HookCallback
 from .checkpoint import load_state, save_state
-from .doctor import diagnose
+from .doctor import diagnose, format_findings
 from .hooks import Hook, Hooks, hook_output, hook_outputs, list_hooks, remove_hooks, scope, select_modules
 from .monitors import (
     DifferenceMonitor,
@@ -100,6 +100,7 @@ __all__ = [
     "detect_weight_symmetry_breaking",
     "diagnose",
     "dummy_eval",
+    "format_findings",
     "has_params",
     "hook_output",
     "hook_outputs",
@@ -141,7 +142,7 @@ MOVED = {
         "hookscope.hooks",
     ),
     **dict.fromkeys(("Clamp", "MaxNorm", "NonNeg", "UnitNorm", "register_constraint"), "hookscope.weights"),
-    **dict.fromkeys(("Finding", "format_findings"), "hookscope.doctor"),
+    "Finding": "hookscope.doctor",
     "LoopDriver": "hookscope.callbacks",
     "MergeWarning": "hookscope.distributed",
     "ModelSummary": "hookscope.summary",

@@ -24,6 +24,7 @@ from typing import Any, ParamSpec, TypeVar
 import torch
 import torch.nn as nn
 
+from ._errors import closest_names
 from ._types import article, compile_test, describe, fits, members, number, resolve, types_in
 
 __all__ = [
@@ -239,8 +240,15 @@ class _Plan:
                 self._one(self.var_positional, value)
         for name, value in kwargs.items():
             target = name if name in self.checks else self.var_keyword
-            if target is not None:
-                self._one(target, value, shown_as=name)
+            if target is None:
+                raise TypeError(self._unexpected(name))
+            self._one(target, value, shown_as=name)
+
+    def _unexpected(self, name: str) -> str:
+        """The message for a keyword the function does not take: the closest ones it does take."""
+        close = closest_names(name, [k for k in self.checks if k not in (self.var_positional, "self")], n=3)
+        hint = f"; did you mean {' or '.join(f'{c}=' for c in close)}?" if close else ""
+        return f"{self.owner}() got an unexpected keyword argument {name!r}{hint}"
 
     def _one(self, name: str, value: Any, shown_as: str | None = None) -> None:
         annotation, test, wants = self.checks[name]

@@ -54,8 +54,10 @@ def test_every_option_is_documented_once_in_watch_docstring() -> None:
 def test_options_reach_the_watch_and_unknown_keywords_fail() -> None:
     w = hookscope.watch(nn.Linear(2, 2), every=3, groups=["activations"], near_zero=1)
     assert (w.options.every, w.options.groups, w.options.near_zero) == (3, frozenset({"activations"}), 1.0)
-    with pytest.raises(TypeError, match="unexpected keyword argument 'evry'"):
+    with pytest.raises(TypeError, match=r"^watch\(\) got an unexpected keyword argument 'evry'; did you mean every="):
         hookscope.watch(nn.Linear(2, 2), evry=3)
+    with pytest.raises(TypeError, match=r"^Watch\(\) got an unexpected keyword argument 'evry'; did you mean every="):
+        hookscope.Watch(nn.Linear(2, 2), evry=3)
     with pytest.raises(ValueError, match="every must be a positive int, got 0"):
         WatchOptions(every=0)
 
