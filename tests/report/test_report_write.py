@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from hookscope.report import render_report, safe_filename, write_report
-from hookscope.watch import WatchResults
+from hookscope.stats import SMALL_BELOW
+from hookscope.watch import WatchResults, watch
 
 HOSTILE = ("<img src=x onerror=alert(1)>", "</script><script>alert(2)</script>", "evil\u202egnp.exe", "a$b")
 FINDING = {
@@ -159,3 +160,21 @@ def test_safe_filename_stays_inside_its_folder(tmp_path: Path, name: str, expect
     cleaned = safe_filename(name)
     assert cleaned == expected
     assert (tmp_path / cleaned).resolve().parent == tmp_path.resolve()
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_layers_described_from_a_sample_say_so_and_exact_ones_do_not(tmp_path: Path, exact: bool) -> None:
+    """A layer whose output has SMALL_BELOW values or more is sampled unless `exact=True`; a small one never is."""
+    model = torch.nn.Sequential(torch.nn.Linear(8, 512), torch.nn.Linear(512, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    with watch(model, optimizer, select=["0", "1"], exact=exact) as w:
+        for _ in range(3):
+            model(torch.randn(64, 8)).sum().backward()  # layer 0: 64 x 512 = 32768 values; layer 1: 128
+            optimizer.step()
+            optimizer.zero_grad()
+    results = w.results()
+    assert SMALL_BELOW <= 64 * 512 and results.activations["0"]["sampled"].tolist() == [0.0 if exact else 1.0] * 3
+    page = write_report(tmp_path, results).read_text(encoding="utf-8")
+    sections = dict(re.findall(r"<section class='layer' id='layer-(\d)'>(.*?)</section>", page))
+    assert ("Estimated from a sample in 3 of 3 recorded steps" in sections["0"]) is not exact
+    assert "Estimated from a sample" not in sections["1"]

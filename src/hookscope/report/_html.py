@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from .._text import display_name
+from ..stats import SMALL_BELOW
 from ._data import DOCUMENT_FILE, RESULTS_FILE, WEIGHTS_FILE, ReportData
 from ._escape import text
 
@@ -176,12 +177,31 @@ def _layers(data: ReportData) -> str:
         if path in results.unobserved and path not in results.activations:
             body = f"<p class='muted'>Never observed: {text(results.unobserved[path])}</p>"
         else:
-            body = figure_img(plot_layer(results, path), f"plots of layer {shown}")
+            body = _sampled_note(results.activations.get(path, {})) + figure_img(
+                plot_layer(results, path), f"plots of layer {shown}"
+            )
         parts.append(f"<section class='layer' id='layer-{index}'>{heading}{body}</section>")
     if len(paths) > MAX_LAYERS:
         rest = ", ".join(display_name(path, NAME_WIDTH) for path in paths[MAX_LAYERS:])
         parts.append(f"<p class='muted'>{len(paths) - MAX_LAYERS} more layers not drawn: {text(rest)}.</p>")
     return f"<section id='layers'><h2>Layers</h2>{''.join(parts) or '<p>No layers were watched.</p>'}</section>"
+
+
+def _sampled_note(statistics: dict[str, Any]) -> str:
+    """Say which recorded steps of a layer were described from a sample (its `sampled` column), if any."""
+    sampled = statistics.get("sampled")
+    if sampled is None or not hasattr(sampled, "isnan"):
+        return ""
+    recorded = ~sampled.isnan()
+    estimated = int((sampled[recorded] > 0).sum())
+    if not estimated:
+        return ""
+    return (
+        f"<p class='muted sampled'>Estimated from a sample in {estimated} of {int(recorded.sum())} recorded steps "
+        f"(outputs of {SMALL_BELOW} values or more): std, the near-zero and saturated fractions, the histogram and "
+        "unit activity are estimates; count, mean, min and max are exact (unless a value is non-finite). "
+        "Watch with <code>exact=True</code> to describe every value.</p>"
+    )
 
 
 def _details(data: ReportData) -> str:
