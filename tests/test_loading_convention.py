@@ -25,6 +25,7 @@ from hookscope.reducers import (
     ReservoirReducer,
     StatsReducer,
 )
+from states import assert_same_state
 
 REDUCERS = {
     "stats": lambda: StatsReducer(near_zero=0.25),
@@ -45,21 +46,6 @@ def _pushed(name: str) -> Reducer:
     return reducer
 
 
-def _same(a: object, b: object) -> None:
-    if isinstance(a, dict):
-        assert isinstance(b, dict) and a.keys() == b.keys()
-        for key in a:
-            _same(a[key], b[key])
-    elif isinstance(a, list):
-        assert isinstance(b, list) and len(a) == len(b)
-        for x, y in zip(a, b, strict=True):
-            _same(x, y)
-    elif isinstance(a, torch.Tensor):
-        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
-    else:
-        assert a == b
-
-
 @pytest.mark.parametrize("name", sorted(REDUCERS))
 def test_reducer_load_is_a_classmethod_building_the_saved_type_and_config(name: str, tmp_path: Path) -> None:
     saved = _pushed(name)
@@ -68,7 +54,7 @@ def test_reducer_load_is_a_classmethod_building_the_saved_type_and_config(name: 
         loaded = loader.load(path)
         assert type(loaded) is type(saved) and loaded is not saved
         assert loaded.config() == saved.config()
-        _same(loaded.state_dict(), saved.state_dict())
+        assert_same_state(loaded.state_dict(), saved.state_dict())
 
 
 def test_load_on_an_instance_raises_naming_both_fixes(tmp_path: Path) -> None:
@@ -79,7 +65,7 @@ def test_load_on_an_instance_raises_naming_both_fixes(tmp_path: Path) -> None:
         fresh.load(path)
     assert fresh.pushes == 0
     hookscope.load_state(path, fresh)  # the in-place restore reads the reducer's own kind of file
-    _same(fresh.state_dict(), reducer.state_dict())
+    assert_same_state(fresh.state_dict(), reducer.state_dict())
 
 
 def test_reducer_load_refuses_another_type_and_foreign_type_names(tmp_path: Path) -> None:

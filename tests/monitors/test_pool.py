@@ -19,6 +19,7 @@ from hookscope.monitors import (
     StateMonitor,
 )
 from hookscope.reducers import HistogramReducer, HistoryReducer, ReservoirReducer, StatsReducer
+from states import assert_same_state
 
 
 def _model() -> nn.Module:
@@ -151,24 +152,9 @@ def test_save_and_load_resume_exactly_where_a_run_stopped(name: str, tmp_path: P
         assert resumed[key].counts == straight[key].counts
         assert resumed[key].reducer.pushes == straight[key].reducer.pushes
         expected, got = straight[key].reducer.state_dict(), resumed[key].reducer.state_dict()
-        _assert_same(got["state"], expected["state"])
+        assert_same_state(got["state"], expected["state"])
     straight.deregister()
     resumed.deregister()
-
-
-def _assert_same(got: object, expected: object) -> None:
-    if isinstance(expected, dict):
-        assert isinstance(got, dict) and got.keys() == expected.keys()
-        for key in expected:
-            _assert_same(got[key], expected[key])
-    elif isinstance(expected, list):
-        assert isinstance(got, list) and len(got) == len(expected)
-        for left, right in zip(got, expected, strict=True):
-            _assert_same(left, right)
-    elif isinstance(expected, torch.Tensor):
-        torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True)
-    else:
-        assert got == expected
 
 
 def test_a_single_monitor_saves_and_loads(tmp_path: Path) -> None:
