@@ -10,7 +10,7 @@ import torch
 from ._batched import Segments, norm_segments
 from ._describe import take_sample
 from ._norms import NORM, combine_norm_segments, estimate_norms, norm_of, real_view
-from ._pending import PendingTable, to_device
+from ._pending import Part, PendingTable, to_device
 from ._rows import Rows, norm_rows
 from ._sample import Sampler
 
@@ -71,24 +71,16 @@ class NormTable(PendingTable):
         """Write every observation waiting into its cell: a fixed number of torch calls."""
         if not self.is_pending or self.norms is None:
             return
-        items: list[torch.Tensor] = []
-        cells: list[tuple[int, int]] = []
-        if self._small:
-            base, parts, values = self._small_parts()
-            segments, groups = self._layout(("small", parts), lambda: self._small_layout(parts))
-            items.append(norm_segments(values, segments))
-            cells += [(base + row, key) for row, key in groups]
-        for block in self._sample_blocks():
-            items.append(self._describe_sampled(block))
-            cells += [(row, key) for row, key, _, _ in block]
-        if self._large:
-            items.append(torch.stack([item for _, _, item in self._large]))
-            cells += [(row, key) for row, key, _ in self._large]
-        self._clear()
-        unique, segment = self._cells(cells)
+        items, unique, segment = self._take()
         norms = self.norms.view(-1, len(NORM))
-        every = torch.cat([*items, norms.index_select(0, unique)])
+        every = torch.cat([items, norms.index_select(0, unique)])
         norms.index_copy_(0, unique, combine_norm_segments(every, segment, unique.numel()))
+
+    def _describe_waiting(
+        self, parts: tuple[Part, ...], values: torch.Tensor
+    ) -> tuple[torch.Tensor, list[tuple[int, int]]]:
+        segments, groups = self._layout(("small", parts), lambda: self._small_layout(parts))
+        return norm_segments(values, segments), groups
 
     def _small_layout(
         self, parts: tuple[tuple[int, int, tuple[int, ...]], ...]

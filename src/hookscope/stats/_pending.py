@@ -137,6 +137,36 @@ class PendingTable:
         device = self.device or torch.device("cpu")
         return to_device(torch.tensor(unique), device), to_device(torch.tensor(positions), device)
 
+    def _take(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Describe everything waiting and forget it: the items (one row each, in the table's item layout), the
+        distinct cells they go to and, for each item then each cell, its position among them (`_cells`)."""
+        items: list[torch.Tensor] = []
+        cells: list[tuple[int, int]] = []
+        if self._small:
+            base, parts, values = self._small_parts()
+            described, groups = self._describe_waiting(parts, values)
+            items.append(described)
+            cells += [(base + row, key) for row, key in groups]
+        for block in self._sample_blocks():
+            items.append(self._describe_sampled(block))
+            cells += [(row, key) for row, key, _, _ in block]
+        if self._large:
+            items.append(torch.stack([item for _, _, item in self._large]))
+            cells += [(row, key) for row, key, _ in self._large]
+        self._clear()
+        unique, segment = self._cells(cells)
+        return torch.cat(items), unique, segment
+
+    def _describe_waiting(
+        self, parts: tuple[Part, ...], values: torch.Tensor
+    ) -> tuple[torch.Tensor, list[tuple[int, int]]]:
+        """The items of the small tensors waiting (`_small_parts`) and the (row relative to the first, key) of each."""
+        raise NotImplementedError
+
+    def _describe_sampled(self, block: list[tuple[int, int, Sample, Any]]) -> torch.Tensor:
+        """The items of a block of samples, one per sample."""
+        raise NotImplementedError
+
     def _forget(self, row: int) -> None:
         """Forget what waits for row id `row`."""
         self._small = [item for item in self._small if item[0] != row]

@@ -140,27 +140,19 @@ class RecordTable(PendingTable):
         """Write every observation waiting into its cell: a fixed number of torch calls."""
         if not self.is_pending or self.records is None:
             return
-        items: list[torch.Tensor] = []
-        cells: list[tuple[int, int]] = []
-        if self._small:
-            base, parts, values = self._small_parts()
-            layout = self._layout(("small", parts), lambda: _SmallLayout(parts, self))
-            items.append(self._describe_small(values, layout))
-            cells += [(base + row, key) for row, key in layout.groups]
-        for block in self._sample_blocks():
-            items.append(self._describe_sampled(block))
-            cells += [(row, key) for row, key, _, _ in block]
-        if self._large:
-            items.append(torch.stack([item for _, _, item in self._large]))
-            cells += [(row, key) for row, key, _ in self._large]
-        self._clear()
-        unique, segment = self._cells(cells)
-        merged, width = torch.cat(items), len(RECORD)
+        merged, unique, segment = self._take()
+        width = len(RECORD)
         records = self.records.view(-1, width)
         every = torch.cat([merged[:, :width], records.index_select(0, unique)])
         records.index_copy_(0, unique, combine_segments(every, segment, unique.numel()))
         if self.bins is not None:
             self._flush_hists(merged, unique, segment)
+
+    def _describe_waiting(
+        self, parts: tuple[Part, ...], values: torch.Tensor
+    ) -> tuple[torch.Tensor, list[tuple[int, int]]]:
+        layout = self._layout(("small", parts), lambda: _SmallLayout(parts, self))
+        return self._describe_small(values, layout), layout.groups
 
     def _hist_columns(
         self, values: torch.Tensor, segments: Segments, record: torch.Tensor, weight: torch.Tensor | None = None
