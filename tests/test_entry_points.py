@@ -10,7 +10,6 @@ and, in `FREE`, the arguments for which every value of the right type is valid (
 
 from __future__ import annotations
 
-import builtins
 import collections.abc as abc
 import datetime
 import importlib
@@ -29,6 +28,7 @@ import torch
 import torch.nn as nn
 
 import hookscope
+from hookscope._types import _Lenient
 from hookscope.reducers import StatsReducer
 
 PACKAGES = ("hooks", "monitors", "reducers", "weights", "callbacks", "watch", "report", "plot", "distributed")
@@ -375,23 +375,6 @@ def _parameters(name: str) -> list[inspect.Parameter]:
     signature = inspect.signature(entry_points()[name])
     kinds = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
     return [p for p in signature.parameters.values() if p.kind not in kinds]
-
-
-class _Lenient(dict[str, Any]):
-    """Resolve names as the module does; names only type checkers see (`if TYPE_CHECKING:` imports) read as Any."""
-
-    def __init__(self, namespace: dict[str, Any]) -> None:
-        super().__init__()
-        self.namespace = namespace
-
-    def __missing__(self, key: str) -> Any:
-        if key in self.namespace:
-            return self.namespace[key]
-        if hasattr(builtins, key):
-            return getattr(builtins, key)
-        if key.startswith("__"):
-            raise KeyError(key)  # frame variables such as __tracebackhide__ are not type names
-        return Any
 
 
 def annotation_of(name: str, parameter: inspect.Parameter) -> Any:
