@@ -95,26 +95,21 @@ class UnitCounts:
 
     def fractions(self) -> list[torch.Tensor | None]:
         """Per key, the fraction of its observed values that were active, per unit (`None` before any)."""
-        out: list[torch.Tensor | None] = []
-        for slot in self.slots:
-            if slot is None or self.active is None or self.seen is None:
-                out.append(None)
-            else:
-                start, units = slot
-                seen = self.seen[start : start + units]
-                out.append(self.active[start : start + units] / seen.clamp(min=1e-300))
-        return out
+        return [None if span is None else span[0] / span[1].clamp(min=1e-300) for span in self._spans()]
 
     def state(self) -> list[torch.Tensor | None]:
         """Per key, its (2, units) active and seen values per unit on the CPU (`None` before any)."""
-        out: list[torch.Tensor | None] = []
-        for slot in self.slots:
-            if slot is None or self.active is None or self.seen is None:
-                out.append(None)
-            else:
-                start, units = slot
-                out.append(torch.stack((self.active[start : start + units], self.seen[start : start + units])).cpu())
-        return out
+        return [None if span is None else torch.stack(span).cpu() for span in self._spans()]
+
+    def _spans(self) -> list[tuple[torch.Tensor, torch.Tensor] | None]:
+        """Per key, its units' active and seen values (views; `None` before any)."""
+        active, seen = self.active, self.seen
+        if active is None or seen is None:
+            return [None] * len(self.slots)
+        return [
+            None if slot is None else (active[slot[0] : slot[0] + slot[1]], seen[slot[0] : slot[0] + slot[1]])
+            for slot in self.slots
+        ]
 
     def load(self, counts: list[torch.Tensor | None], device: torch.device) -> None:
         """Replace everything by what `state` returned."""
