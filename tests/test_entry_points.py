@@ -246,6 +246,17 @@ def wrong_values(name: str, t: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+REGISTRATIONS = (
+    "register_module_hook",
+    "register_global_module_hook",
+    "register_optimizer_hook",
+    "register_global_optimizer_hook",
+    "register_output_grad_hook",
+    "register_tensor_hook",
+    "register_post_accumulate_grad_hook",
+)
+"""hookscope.hooks' registration functions (their owner, tags and errors arguments take any value of their type)."""
+
 FREE: dict[str, str] = {
     # Every value of the right type is valid for these arguments; the reason is given.
     "normalize_path.path": "any dotted path can be normalized",
@@ -281,43 +292,9 @@ FREE: dict[str, str] = {
     "save_report_data.weights": "any module or named tensors are saved as histograms",
     "write_report.meta": "any metadata is shown, as text",
     "write_report.weights": "any module or named tensors are drawn",
-    **{
-        f"{name}.owner": "any object can own hooks"
-        for name in (
-            "register_module_hook",
-            "register_global_module_hook",
-            "register_optimizer_hook",
-            "register_global_optimizer_hook",
-            "register_output_grad_hook",
-            "register_tensor_hook",
-            "register_post_accumulate_grad_hook",
-            "remove_hooks",
-        )
-    },
-    **{
-        f"{name}.tags": "any text is a tag"
-        for name in (
-            "register_module_hook",
-            "register_global_module_hook",
-            "register_optimizer_hook",
-            "register_global_optimizer_hook",
-            "register_output_grad_hook",
-            "register_tensor_hook",
-            "register_post_accumulate_grad_hook",
-        )
-    },
-    **{
-        f"{name}.errors": "any HookErrors (None: a failure raises, as in PyTorch)"
-        for name in (
-            "register_module_hook",
-            "register_global_module_hook",
-            "register_optimizer_hook",
-            "register_global_optimizer_hook",
-            "register_output_grad_hook",
-            "register_tensor_hook",
-            "register_post_accumulate_grad_hook",
-        )
-    },
+    **{f"{name}.owner": "any object can own hooks" for name in (*REGISTRATIONS, "remove_hooks")},
+    **{f"{name}.tags": "any text is a tag" for name in REGISTRATIONS},
+    **{f"{name}.errors": "any HookErrors (None: a failure raises, as in PyTorch)" for name in REGISTRATIONS},
     "HookErrors.owner": "any text names the owner in the message",
     "HookErrors.counter": "any text says where the count is shown",
     **{

@@ -35,12 +35,10 @@ def observations(draw: st.DrawFn) -> list[tuple[int, int, torch.Tensor] | None]:
     return out
 
 
-@SETTINGS
-@given(steps=observations(), bounded=st.booleans())
-def test_record_table_cells_equal_the_oracle(steps: list[tuple[int, int, torch.Tensor] | None], bounded: bool) -> None:
-    saturation = [(-1.0, 1.0) if bounded else None, None, (0.0, 1.0)]
-    table = stats.RecordTable(KEYS, stats.Spec(), bins=BINS, saturation=saturation)
-    table.allocate(ROWS, torch.device("cpu"))
+def _observe(
+    table: stats.RecordTable | stats.NormTable, steps: list[tuple[int, int, torch.Tensor] | None]
+) -> dict[tuple[int, int], list[torch.Tensor]]:
+    """Add each observation of `steps` to `table` (`None`: flush there), flush, and return what each cell saw."""
     seen: dict[tuple[int, int], list[torch.Tensor]] = {}
     for step in steps:
         if step is None:
@@ -50,6 +48,16 @@ def test_record_table_cells_equal_the_oracle(steps: list[tuple[int, int, torch.T
         table.add(row, key, x)
         seen.setdefault((row, key), []).append(x)
     table.flush()
+    return seen
+
+
+@SETTINGS
+@given(steps=observations(), bounded=st.booleans())
+def test_record_table_cells_equal_the_oracle(steps: list[tuple[int, int, torch.Tensor] | None], bounded: bool) -> None:
+    saturation = [(-1.0, 1.0) if bounded else None, None, (0.0, 1.0)]
+    table = stats.RecordTable(KEYS, stats.Spec(), bins=BINS, saturation=saturation)
+    table.allocate(ROWS, torch.device("cpu"))
+    seen = _observe(table, steps)
     assert table.records is not None and table.hists is not None and table.exponents is not None
     finalized = stats.finalize(table.records)
     for row in range(ROWS):
@@ -74,15 +82,7 @@ def test_record_table_cells_equal_the_oracle(steps: list[tuple[int, int, torch.T
 def test_norm_table_cells_equal_the_oracle(steps: list[tuple[int, int, torch.Tensor] | None]) -> None:
     table = stats.NormTable(KEYS)
     table.allocate(ROWS, torch.device("cpu"))
-    seen: dict[tuple[int, int], list[torch.Tensor]] = {}
-    for step in steps:
-        if step is None:
-            table.flush()
-            continue
-        row, key, x = step
-        table.add(row, key, x)
-        seen.setdefault((row, key), []).append(x)
-    table.flush()
+    seen = _observe(table, steps)
     assert table.norms is not None
     for (row, key), tensors in seen.items():
         values = values_of(*tensors)
