@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from realmodels.blocks import BasicBlock
+
 
 def mlp() -> nn.Module:
     return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Dropout(0.1), nn.Linear(32, 4))
@@ -74,26 +76,6 @@ class Shared(nn.Module):
         return self.out(self.stack(self.embed(tokens)))
 
 
-class BasicBlock(nn.Module):
-    """torchvision's ResNet basic block, written out (torchvision is not a dependency)."""
-
-    def __init__(self, cin: int, cout: int, stride: int = 1) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.relu = nn.ReLU(inplace=True)
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.downsample: nn.Module | None = None
-        if stride != 1 or cin != cout:
-            self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        identity = x if self.downsample is None else self.downsample(x)
-        out = self.relu(self.bn1(self.conv1(x)))
-        return self.relu(self.bn2(self.conv2(out)) + identity)
-
-
 class ResNet18(nn.Module):
     """ResNet-18 as torchvision builds it: 11,689,512 parameters for 1000 classes."""
 
@@ -105,7 +87,12 @@ class ResNet18(nn.Module):
         self.maxpool = nn.MaxPool2d(3, 2, 1)
         widths = [(64, 64, 1), (64, 128, 2), (128, 256, 2), (256, 512, 2)]
         for index, (cin, cout, stride) in enumerate(widths, start=1):
-            setattr(self, f"layer{index}", nn.Sequential(BasicBlock(cin, cout, stride), BasicBlock(cout, cout)))
+            downsample = None
+            if stride != 1 or cin != cout:
+                downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+            setattr(
+                self, f"layer{index}", nn.Sequential(BasicBlock(cin, cout, stride, downsample), BasicBlock(cout, cout))
+            )
         self.avgpool = nn.AdaptiveAvgPool2d(1)
         self.fc = nn.Linear(512, classes)
 
