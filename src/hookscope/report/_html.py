@@ -7,6 +7,8 @@ import io
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from .._text import display_name
 from ..stats import SMALL_BELOW
 from ._data import DOCUMENT_FILE, RESULTS_FILE, WEIGHTS_FILE, ReportData
@@ -190,7 +192,7 @@ def _layers(data: ReportData) -> str:
 def _sampled_note(statistics: dict[str, Any]) -> str:
     """Say which recorded steps of a layer were described from a sample (its `sampled` column), if any."""
     sampled = statistics.get("sampled")
-    if sampled is None or not hasattr(sampled, "isnan"):
+    if not isinstance(sampled, torch.Tensor):  # no sampled column: nothing to say
         return ""
     recorded = ~sampled.isnan()
     estimated = int((sampled[recorded] > 0).sum())
