@@ -13,6 +13,7 @@ import warnings
 from typing import Any
 
 from ._errors import HookscopeWarning
+from ._version import __version__
 from .callbacks import ActivationStats, Callback, HookCallback
 from .checkpoint import load_state, save_state
 from .doctor import diagnose, format_findings
@@ -60,8 +61,6 @@ from .weights import (
     print_weight_summary,
     restore_optimizer_step,
 )
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ActivationStats",

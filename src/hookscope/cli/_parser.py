@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .. import __version__
+from .._version import __version__
 from ..demo import FAULTS
 
 __all__ = ["build_parser"]

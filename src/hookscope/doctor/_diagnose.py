@@ -7,7 +7,7 @@ from typing import Any, TypeAlias
 
 from .._check import checked
 from .._errors import closest_names
-from ..watch import WatchResults
+from ..results import WatchResults
 from ._finding import SEVERITIES, Finding, Severity, rank_findings, severity_rank
 from ._gradients import check_exploding_gradients, check_vanishing_gradients
 from ._init import check_bad_init, check_unobserved

@@ -19,7 +19,7 @@ import re
 
 import torch
 
-from ..watch import WatchResults
+from ..results import WatchResults
 from ._finding import Finding
 from ._series import first_index, index_of_step, layer_order, module_of, step_at, table, windowed_median
 from ._thresholds import Thresholds

@@ -6,7 +6,7 @@ import warnings
 from collections.abc import Iterable
 from typing import Any
 
-from ..watch import WatchResults
+from ..results import WatchResults
 from ._diagnose import CheckSpec, check_severity, resolve_checks, run_checks
 from ._finding import DiagnosisWarning, Finding, Severity, severity_rank
 from ._thresholds import Thresholds

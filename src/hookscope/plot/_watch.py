@@ -9,7 +9,7 @@ import numpy as np
 
 from .._check import FINITE, POSITIVE, checked
 from .._errors import unknown_name
-from ..watch._activity import DEAD_UNIT_ACTIVITY, count_inactive_units
+from ..results import DEAD_UNIT_ACTIVITY, count_inactive_units
 from ._base import (
     as_array,
     axes_or_new,
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from ..watch import WatchResults
+    from ..results import WatchResults
 
 __all__ = [
     "UPDATE_RATIO_GUIDE",

@@ -11,11 +11,10 @@ flushed steps to CSV, JSON lines or TensorBoard; `_state.py` resumes a run.
 """
 
 from .._errors import UnobservedModuleWarning
+from ..results import ACTIVATION_STATS, GRAD_STATS, WatchResults, combine_results, merge_results
 from ._api import watch
 from ._inspect import identical_units
-from ._merge import combine_results, merge_results
 from ._options import GROUPS
-from ._results import ACTIVATION_STATS, GRAD_STATS, WatchResults
 from ._sinks import CSVSink, JSONLSink, Sink, TensorBoardSink
 from ._watch import ACTIVATION_TYPES, Watch, default_selector
 

@@ -31,8 +31,8 @@ from .._schema import (
     check,
     found,
 )
+from ..results import ACTIVATION_STATS, FIRST_NONFINITE, GRAD_STATS
 from ._buffers import Chunk
-from ._results import ACTIVATION_STATS, FIRST_NONFINITE, GRAD_STATS
 
 if TYPE_CHECKING:
     from ._recorder import Recorder

@@ -18,11 +18,11 @@ import torch
 from .._errors import UnobservedModuleWarning
 from ..callbacks._steps import Frame
 from ..hooks import HookErrors
-from ._assemble import build_results, first_nonfinite, merge_first
+from ..results import WatchResults, first_nonfinite, merge_first
+from ._assemble import build_results
 from ._extras import collect_extras
 from ._options import WatchOptions
 from ._recorder import Recorder
-from ._results import WatchResults
 from ._scaler import GradScalerSteps
 from ._sinks import Sink
 from ._store import SeriesStore

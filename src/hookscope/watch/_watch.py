@@ -18,11 +18,11 @@ from ..hooks import HookErrors, HookHandle, check_hookable, normalize_path
 from ..hooks._calls import contained
 from ..hooks._guards import check_real_device
 from ..hooks._select import choose_modules
-from ._assemble import build_results, first_from_flags, merge_first
+from ..results import WatchResults, first_from_flags, merge_first
+from ._assemble import build_results
 from ._extras import collect_extras, watch_meta
 from ._options import WatchInit, WatchOptions, method_options_signature
 from ._recorder import Recorder
-from ._results import WatchResults
 from ._scaler import GradScalerSteps, check_scaler
 from ._selection import ACTIVATION_TYPES, default_selection, default_selector
 from ._state import apply_pending_state, check_pending_state, load_watch_state, watch_state

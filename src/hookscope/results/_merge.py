@@ -26,7 +26,7 @@ import torch
 from .._check import NON_EMPTY, TIMEOUT, checked
 from ..distributed import DEFAULT_TIMEOUT, GRAD_SHARDED, MergeWarning, combine_parts, combine_ranks, merge_parts
 from ..stats import EXPONENT_NONE, auto_edges, exponent_of_edges, finalize, fixed_edges, from_statistics, rebin
-from ._assemble import merge_first
+from ._nonfinite import merge_first
 from ._results import ACTIVATION_STATS, GRAD_STATS, WatchResults
 
 __all__ = ["combine_results", "merge_results"]
