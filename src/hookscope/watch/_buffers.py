@@ -126,6 +126,11 @@ class StepBuffers:
                 table.allocate(self.rows, device)
             self.losses = torch.zeros(self.rows, dtype=torch.float64, device=device)
 
+    def ready(self, row_id: int, device: torch.device) -> int:
+        """`row_id` itself (the tables take row ids), the rows allocated on `device` if nothing is yet."""
+        self.allocate(device)
+        return row_id
+
     def slot(self, row_id: int, device: torch.device) -> int:
         """The slot of `row_id` (for the losses and counters; the tables take row ids), the rows allocated on
         `device` if nothing is yet."""
