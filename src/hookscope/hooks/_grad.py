@@ -82,7 +82,7 @@ def register_output_grad_hook(
         module, "forward", forward_hook, owner=owner, path=path, tags=tags, prepend=prepend, errors=errors
     )
     handle.kind = "output_grad"
-    handle._removers = [*(handle._removers or []), _deactivate(pending)]
+    handle.add_remover(_deactivate(pending))
     return handle
 
 

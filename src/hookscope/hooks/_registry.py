@@ -103,6 +103,13 @@ class HookHandle:
         """Whether `remove()` already ran."""
         return self._removers is None
 
+    def add_remover(self, remover: Remover) -> None:
+        """Run `remover` too when the hook is removed (at once if it already was)."""
+        if self._removers is None:
+            remover()
+        else:
+            self._removers.append(remover)
+
     def remove(self) -> None:
         """Remove the hook; calling it again does nothing."""
         removers, self._removers = self._removers, None

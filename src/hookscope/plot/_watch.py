@@ -22,11 +22,13 @@ from ._base import (
     steps_of,
 )
 
+from ..results import WatchResults
+
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
-
-    from ..results import WatchResults
+else:  # matplotlib is imported when a plot is drawn: an axes argument is matplotlib's to check, not @checked's
+    Axes = Figure = Any
 
 __all__ = [
     "UPDATE_RATIO_GUIDE",
