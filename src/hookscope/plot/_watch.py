@@ -9,7 +9,7 @@ import numpy as np
 
 from .._check import FINITE, POSITIVE, checked
 from .._errors import unknown_name
-from ..results import DEAD_UNIT_ACTIVITY, count_inactive_units
+from ..results import DEAD_UNIT_ACTIVITY, WatchResults, count_inactive_units
 from ._base import (
     as_array,
     axes_or_new,
@@ -21,8 +21,6 @@ from ._base import (
     nonfinite_note,
     steps_of,
 )
-
-from ..results import WatchResults
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
