@@ -112,8 +112,14 @@ class Watch(Callback):
         elif self._attached:
             self.on_fit_end()
 
+    def remove(self) -> None:
+        """Stop watching and remove every hook: the same as `detach()` (every attachment has `remove()`)."""
+        self.detach()
+
     def __enter__(self) -> Watch:
-        self.attach()
+        """Attach in a plain loop (a watch already attached by `attach()` stays as it is); leaving detaches."""
+        if self._driver is None:
+            self.attach()
         return self
 
     def __exit__(self, exc_type: object, exc: BaseException | None, traceback: object) -> None:
