@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -34,6 +35,7 @@ from ..hooks import HookErrors, HookHandle, register_module_hook
 from ..hooks._calls import CalledHook
 from ..hooks._tree import is_plain
 from ..stats import unit_dims
+from ._budget import Budget
 from ._buffers import StepBuffers
 from ._entry import GradHook, Staged, hook_grads, no_label, plain_grad, staged
 from ._inspect import first_float, saturation_bounds
@@ -59,6 +61,7 @@ class Recorder:
         params: The watched parameters, with their names (their statistics: `params`, a `ParamRecorder`).
         options: The watch's options.
         state: The watch's step state, written by its `Stepper` and read here.
+        budget: Where the time of these hooks is counted (hookscope's own cost).
     """
 
     def __init__(
@@ -67,10 +70,12 @@ class Recorder:
         params: list[tuple[str, nn.Parameter]],
         options: WatchOptions,
         state: StepState,
+        budget: Budget,
     ) -> None:
         count = len(modules)
         self.options = options
         self.state = state
+        self.budget = budget
         self.module_refs = [weakref.ref(m) for _, m in modules]
         self.bounds = [saturation_bounds(m) for _, m in modules]
         self.buffers = StepBuffers(options, count, len(params), self.bounds, self._unit_dim)
@@ -161,9 +166,16 @@ class Recorder:
         def hook(module: nn.Module, args: Any, output: Any) -> None:
             if torch.compiler.is_compiling():
                 self._traced_forward(index, output)
-            elif module is ref():  # not a deepcopy of the model sharing the hooks: it is not watched
+            elif module is not ref():  # a deepcopy of the model sharing the hooks: it is not watched
+                return
+            elif self.state.skipping:  # a step neither measured nor checked: counted, nothing else
+                with self.lock:
+                    self.drop("sampling")
+            else:
+                start = time.perf_counter()
                 with self.lock, _normal_tensors():
                     self._on_output(index, module, output)
+                self.budget.add_own(time.perf_counter() - start)
 
         return hook
 
@@ -256,8 +268,10 @@ class Recorder:
     def _grad_hook(self, index: int, row: int) -> GradHook:
         def hook(grad: torch.Tensor | None) -> None:
             if grad is not None:
+                start = time.perf_counter()
                 with self.lock:
                     self._on_grad(index, row, grad)
+                self.budget.add_own(time.perf_counter() - start)
 
         return CalledHook(hook, self.errors, self.grad_where[index])
 

@@ -10,6 +10,7 @@ the run ends, moves closed steps to the host store and the sinks (`flush`), and 
 from __future__ import annotations
 
 import threading
+import time
 import warnings
 import weakref
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from .._errors import UnobservedModuleWarning
 from ..callbacks._steps import Frame
 from ..results import WatchResults, first_nonfinite, merge_first
 from ._assemble import build_results
+from ._budget import Budget
 from ._extras import collect_extras
 from ._options import WatchOptions
 from ._recorder import Recorder
@@ -56,7 +58,8 @@ class Stepper:
         self.state = StepState()
         self.options = options
         self.sinks = sinks
-        self.store = SeriesStore(options.capacity, options.every)
+        self.store = SeriesStore(options.capacity, options.cadence)
+        self.budget = Budget(options.budget if options.is_budgeted else None, options.cadence, options.max_steps)
         self.recorder: Recorder | None = None
         self.scaler: GradScalerSteps | None = None
         self.first: dict[str, Any] = {"forward": None, "backward": None}  # from the flushed steps
@@ -73,7 +76,7 @@ class Stepper:
     def bind(self, recorder: Recorder, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
         """Follow the steps of `model` trained by `optimizer`, recorded by `recorder` (a new one: a new store)."""
         if self.recorder is not None and recorder is not self.recorder:
-            self.store = SeriesStore(self.options.capacity, self.options.every)
+            self.store = SeriesStore(self.options.capacity, self.options.cadence)
         self.recorder = recorder
         self._model = weakref.ref(model)
         self._optimizer = None if optimizer is None else weakref.ref(optimizer)
@@ -104,10 +107,11 @@ class Stepper:
         self.poll_scaler()
         self._ensure_step()
         state.recording, state.checking_now = state.row >= 0, state.row < 0 and state.checking
+        state.skipping = state.row < 0 and not state.checking
 
     def batch_ended(self) -> None:
-        """The training batch ended: traced hooks record nothing until the next one."""
-        self.state.recording = self.state.checking_now = False
+        """The training batch ended: hooks record nothing until the next one."""
+        self.state.recording = self.state.checking_now = self.state.skipping = False
 
     def backward_ended(self) -> None:
         """A backward through the model finished: keep its loss scale, take the parameter gradients now without an
@@ -149,8 +153,9 @@ class Stepper:
     def frame_began(self, frame: Frame) -> None:
         """A root forward that is not part of a step began: traced (compiled) hooks record nothing during it."""
         if self.recorder is not None and frame.reason is not None:
-            frame.saved = (self.state.recording, self.state.checking_now)
-            self.state.recording = self.state.checking_now = False
+            state = self.state
+            frame.saved = (state.recording, state.checking_now, state.skipping)
+            state.recording = state.checking_now = state.skipping = False
 
     def frame_ended(self, frame: Frame, completed: bool) -> None:
         """A root forward ended: keep what it recorded if it completed (`Recorder.commit`); one that raised was
@@ -160,7 +165,7 @@ class Stepper:
             return
         with self._lock:
             if frame.saved is not None:
-                self.state.recording, self.state.checking_now = frame.saved
+                self.state.recording, self.state.checking_now, self.state.skipping = frame.saved
             if frame.items:
                 recorder.commit(frame, completed)
             if not completed and frame.reason is None:
@@ -207,24 +212,32 @@ class Stepper:
         state.step, state.backwards, state.is_open = step, 0, True
         if recorder.buffers.is_full:
             self.flush()  # first: thinning may change which steps are recorded
-        if self.store.records(step):
+        if self.budget.begin(step) and self.store.records(step):
             state.row = recorder.buffers.new_row(step)
             state.recorded += 1
         else:
-            state.checking = self.options.check_nonfinite
+            state.checking = self.options.checks_skipped_steps
 
     def end_step(self) -> None:
         """Close the open step, if any: fold its checks, or settle its row and run the doctor when it is due."""
         recorder, state = self.recorder, self.state
         if recorder is None or (state.row < 0 and not state.checking):
+            state.skipping = False
             return
+        start = time.perf_counter()
+        try:
+            self._close_step(recorder, state)
+        finally:
+            self.budget.add_own(time.perf_counter() - start)
+
+    def _close_step(self, recorder: Recorder, state: StepState) -> None:
         if state.checking:
             recorder.fold_flags(state.step)
         was_recorded = state.row >= 0
         if was_recorded:
             recorder.settle()
         state.row = -1
-        state.checking = state.recording = state.checking_now = state.is_open = False
+        state.checking = state.recording = state.checking_now = state.skipping = state.is_open = False
         if was_recorded:
             self._warn_unobserved()
             if self._has_doctor and state.recorded - self._doctor_at >= self.options.doctor_every:
@@ -241,6 +254,7 @@ class Stepper:
             self.label("unfinished")  # its optimizer step never came: the run ended, or forwards ran after it
         self.end_step()
         self.flush()
+        self.budget.settle()
         self._warn_unobserved(final=True)
 
     def flush(self) -> None:
@@ -248,6 +262,13 @@ class Stepper:
         recorder = self.recorder
         if recorder is None:
             return
+        start = time.perf_counter()
+        try:
+            self._flush(recorder)
+        finally:
+            self.budget.add_own(time.perf_counter() - start)
+
+    def _flush(self, recorder: Recorder) -> None:
         recorder.write_pending()
         stop = self.state.row if self.state.row >= 0 else None
         chunk = recorder.buffers.take(stop)

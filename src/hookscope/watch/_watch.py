@@ -157,7 +157,7 @@ class Watch(Callback):
         ]
         recorder = self._recorder
         if recorder is None or not recorder.matches(modules, params):
-            recorder = Recorder(modules, params, self.options, self.stepper.state)
+            recorder = Recorder(modules, params, self.options, self.stepper.state, self.stepper.budget)
         else:
             recorder.rebind(modules, params)
         self._check_pending_state(recorder)  # before anything changes: a state that does not fit is refused
@@ -267,7 +267,9 @@ class Watch(Callback):
         results.dropped = {**recorder.dropped, **({"capacity": dropped} if dropped else {})}
         if recorder.buffers.acts.units.mismatch:  # outputs whose number of units changed: not counted per unit
             results.dropped["unit_shape"] = recorder.buffers.acts.units.mismatch
+        measured = {**stepper.budget.summary(), "recorded": stepper.state.recorded}
         results.meta = {**self._meta, "recorded_steps": stepper.state.recorded, "stride": stepper.store.stride}
+        results.meta["measured"] = measured
         if stepper.state.labelled:
             labels: dict[str, list[int]] = {}
             for label, step in stepper.state.labelled:
