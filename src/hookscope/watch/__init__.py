@@ -7,16 +7,19 @@ add to the steps' rows (`_buffers.py`: one row per recorded step in the engine's
 to the host when full or read; every statistic is the engine's); `_inspect.py` what is read from modules besides
 statistics; `_store.py` the bounded host-side store; `_assemble.py` and `_extras.py` turn all of it into `WatchResults`
 (`_results.py`: the schema the doctor, plots and report read, saved as safetensors + JSON); `_sinks.py` sends
-flushed steps to CSV, JSON lines or TensorBoard; `_state.py` resumes a run.
+flushed steps to CSV, JSON lines or TensorBoard, `_wandb.py` and `_mlflow.py` to W&B and MLflow (`_trackers.py`:
+the names they share); `_display.py` shows results in notebooks; `_state.py` resumes a run.
 """
 
 from .._errors import UnobservedModuleWarning
 from ._api import watch
 from ._inspect import identical_units
 from ._merge import combine_results, merge_results
+from ._mlflow import MLflowSink
 from ._options import GROUPS
 from ._results import ACTIVATION_STATS, GRAD_STATS, WatchResults
 from ._sinks import CSVSink, JSONLSink, Sink, TensorBoardSink
+from ._wandb import WandbSink
 from ._watch import ACTIVATION_TYPES, Watch, default_selector
 
 __all__ = [
@@ -26,9 +29,11 @@ __all__ = [
     "GROUPS",
     "CSVSink",
     "JSONLSink",
+    "MLflowSink",
     "Sink",
     "TensorBoardSink",
     "UnobservedModuleWarning",
+    "WandbSink",
     "Watch",
     "WatchResults",
     "combine_results",
