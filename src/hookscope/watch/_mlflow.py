@@ -125,11 +125,11 @@ class MLflowSink:
 
     @checked()
     def log_report(self, folder: str | os.PathLike[str]) -> None:
-        """Upload a report folder (`hookscope.report.write_report(folder, ...)`) to `hookscope/report/`: the page,
+        """Upload a report folder (`hookscope.report.write_report(folder, ...)`, or the page it returned) to `hookscope/report/`: the page,
         `results.safetensors` and `report.json`.
 
         Raises:
-            ValueError: `folder` is not a folder.
+            ValueError: `folder` is neither a folder nor a file in one.
         """
         path = report_folder(folder)
         self.client.log_artifacts(self.run_id, str(path), f"{ARTIFACT_FOLDER}/report")

@@ -140,12 +140,14 @@ def finding_rows(findings: Iterable[Any]) -> list[list[Any]]:
 
 
 def report_folder(folder: str | os.PathLike[str]) -> Path:
-    """The folder of a report (`hookscope.report.write_report(folder, ...)`), checked to exist.
+    """The folder of a report: `folder` itself, or the folder of the page `write_report` returned.
 
     Raises:
-        ValueError: `folder` is not an existing folder.
+        ValueError: `folder` is neither an existing folder nor a file in one.
     """
     path = Path(folder)
+    if path.is_file():
+        path = path.parent
     if not path.is_dir():
         raise ValueError(
             f"folder must be the folder a report was written to, got {str(path)!r}, which is not a folder; write "

@@ -124,11 +124,11 @@ class WandbSink:
 
     @checked()
     def log_report(self, folder: str | os.PathLike[str]) -> None:
-        """Upload a report folder (`hookscope.report.write_report(folder, ...)`) as an artifact of type
+        """Upload a report folder (`hookscope.report.write_report(folder, ...)`, or the page it returned) as an artifact of type
         `hookscope-report`: the page, `results.safetensors` and `report.json`.
 
         Raises:
-            ValueError: `folder` is not a folder.
+            ValueError: `folder` is neither a folder nor a file in one.
         """
         path = report_folder(folder)
         run = self.run
