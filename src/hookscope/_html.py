@@ -95,18 +95,21 @@ def sparkline(
 ) -> str:
     """Return a small inline SVG line chart of `values` (oldest first), its range in the tooltip.
 
-    Non-finite values leave a gap; a lone finite value is a dot. `title` (escaped) names the series in the
-    tooltip, with the first and last value and the range. With no finite value, a short note is returned instead.
+    Non-finite values leave a gap; a lone finite value is a dot. More values than `width` are drawn as `width`
+    points, each the mean of the finite values of an equal run of steps (a gap where a run has none), so the
+    chart stays small however long the run. `title` (escaped) names the series in the tooltip, with the first
+    and last value and the range of every value. With no finite value, a short note is returned instead.
     """
     finite = [v for v in values if math.isfinite(v)]
     if not finite:
         return '<span style="color:#889">no finite values</span>'
     low, high = min(finite), max(finite)
     span = high - low or 1.0
-    step = (width - 4) / max(len(values) - 1, 1)
+    drawn = _thinned(values, width)
+    step = (width - 4) / max(len(drawn) - 1, 1)
     points = [
         (2 + i * step, height - 2 - (v - low) / span * (height - 4)) if math.isfinite(v) else None
-        for i, v in enumerate(values)
+        for i, v in enumerate(drawn)
     ]
     shapes = [_path(run, color) if len(run) > 1 else _dot(run[0], color) for run in _runs(points)]
     first, last = next(v for v in values if math.isfinite(v)), finite[-1]
@@ -117,6 +120,17 @@ def sparkline(
         f'role="img" aria-label="{text(tip)}" style="vertical-align:middle"><title>{text(tip)}</title>'
         f"{''.join(shapes)}</svg>"
     )
+
+
+def _thinned(values: Sequence[float], most: int) -> list[float]:
+    """`values` as at most `most` points: the mean of the finite values of each of `most` equal runs (NaN if none)."""
+    if len(values) <= most:
+        return list(values)
+    out = []
+    for index in range(most):
+        run = [v for v in values[index * len(values) // most : (index + 1) * len(values) // most] if math.isfinite(v)]
+        out.append(sum(run) / len(run) if run else math.nan)
+    return out
 
 
 def _runs(points: list[tuple[float, float] | None]) -> list[list[tuple[float, float]]]:

@@ -94,6 +94,17 @@ def test_a_sparkline_draws_each_value_where_it_belongs() -> None:
     assert "no finite values" in sparkline([math.nan, math.inf])
 
 
+def test_a_long_series_is_drawn_small() -> None:
+    from hookscope._html import sparkline
+
+    values = [float(i % 7) for i in range(100_000)]
+    values[50_000:60_000] = [math.nan] * 10_000  # a stretch never observed: a gap
+    svg = sparkline(values, width=100)
+    runs = re.findall(r'points="([^"]*)"', svg)
+    assert len(runs) == 2 and sum(len(run.split()) for run in runs) == 100 - 10 and len(svg) < 4000
+    assert "min 0, max 6, 100000 steps" in svg  # the tooltip reads every value
+
+
 @pytest.mark.parametrize("module", ["hookscope._html", "hookscope.summary._html", "hookscope.watch._display"])
 def test_the_examples_run(module: str) -> None:
     result = doctest.testmod(importlib.import_module(module))

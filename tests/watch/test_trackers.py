@@ -146,9 +146,9 @@ def test_mlflow_file_store_holds_what_the_watch_recorded(tmp_path: Path, monkeyp
     uri = (tmp_path / "mlruns").as_uri()
     sink = MLflowSink(tracking_uri=uri, experiment="hookscope-test", run_name="watched")
     results, losses = train_watched([sink])
-    report = write_report(tmp_path / "report", results, findings=FINDINGS).parent
+    page = write_report(tmp_path / "report", results, findings=FINDINGS)
     sink.log_findings(FINDINGS)
-    sink.log_report(report)
+    sink.log_report(page)  # the page write_report returns names its folder
     sink.finish()
 
     client = MlflowClient(tracking_uri=uri)
