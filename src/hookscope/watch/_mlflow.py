@@ -125,8 +125,10 @@ class MLflowSink:
 
     @checked()
     def log_report(self, folder: str | os.PathLike[str]) -> None:
-        """Upload a report folder (`hookscope.report.write_report(folder, ...)`, or the page it returned) to `hookscope/report/`: the page,
-        `results.safetensors` and `report.json`.
+        """Upload a report to `hookscope/report/`: the page, `results.safetensors` and `report.json`.
+
+        Args:
+            folder: The report's folder (`hookscope.report.write_report(folder, ...)`), or the page it returned.
 
         Raises:
             ValueError: `folder` is neither a folder nor a file in one.

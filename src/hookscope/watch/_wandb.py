@@ -124,8 +124,10 @@ class WandbSink:
 
     @checked()
     def log_report(self, folder: str | os.PathLike[str]) -> None:
-        """Upload a report folder (`hookscope.report.write_report(folder, ...)`, or the page it returned) as an artifact of type
-        `hookscope-report`: the page, `results.safetensors` and `report.json`.
+        """Upload a report as an artifact of type `hookscope-report`: the page, `results.safetensors`, `report.json`.
+
+        Args:
+            folder: The report's folder (`hookscope.report.write_report(folder, ...)`), or the page it returned.
 
         Raises:
             ValueError: `folder` is neither a folder nor a file in one.
