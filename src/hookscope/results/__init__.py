@@ -3,8 +3,8 @@
 `_results.py` holds `WatchResults` (per-layer series over recorded steps, saved as safetensors + JSON) and its
 schema; `_activity.py` what counts as a dead unit; `_nonfinite.py` where non-finite values first appeared;
 `_merge.py` merging results across ranks (`merge_results`, collective) and combining parts in one process
-(`combine_results`). The recorder (`hookscope.watch`) writes `WatchResults`; the doctor, the plots and the
-report import only this package to read them.
+(`combine_results`); `_display.py` shows results in notebooks. The recorder (`hookscope.watch`) writes
+`WatchResults`; the doctor, the plots and the report import only this package to read them.
 """
 
 from ._activity import DEAD_UNIT_ACTIVITY, UnitCounts, count_inactive_units

@@ -23,11 +23,13 @@ from ..stats import STATISTICS
 
 __all__ = [
     "ACTIVATION_STATS",
+    "FIGURES",
     "FIRST_NONFINITE",
     "GRAD_STATS",
     "RESULTS_FILE",
     "SCHEMA",
     "WatchResults",
+    "layer_figures",
     "results_file",
 ]
 
@@ -47,7 +49,8 @@ GRAD_STATS = ("norm", "nonfinite")
 of non-finite values (in a large gradient that holds some, the norm and the count are estimated from a sample)."""
 
 _KIND = "watch_results"
-_FIGURES = ("mean", "std", "grad norm", "nonfinite")
+FIGURES = ("mean", "std", "grad norm", "nonfinite")
+"""The per-layer figures `summary()` and the notebook table show, in order (`layer_figures`)."""
 _MIN_NAME = 8  # the narrowest layer column
 _FIGURE = 9  # the width of one figure: `.3g` of a float32 takes at most 9 characters (-1.23e-05)
 
@@ -163,17 +166,26 @@ class WatchResults:
 
     def _layer_rows(self, paths: list[str], columns: int) -> list[str]:
         """The header and one row per layer of `summary`, `columns` wide."""
-        figures = len(_FIGURES) * (_FIGURE + 1)
+        figures = len(FIGURES) * (_FIGURE + 1)
         kind = max(min(max(len(self.layers[p]) for p in paths), 16, columns - figures - _MIN_NAME - 1), len("type"))
         name = columns - kind - 1 - figures
-        rows = [f"{'layer':<{name}} {'type':<{kind}}" + "".join(f" {h:>{_FIGURE}}" for h in _FIGURES)]
+        rows = [f"{'layer':<{name}} {'type':<{kind}}" + "".join(f" {h:>{_FIGURE}}" for h in FIGURES)]
         for path in paths:
-            act, grad = self.activations.get(path, {}), self.output_grads.get(path, {})
-            cells = [_last(act.get(stat)) for stat in ("mean", "std")] + [_last(grad.get("norm"))]
-            cells.append(_last(act.get("nonfinite")))
+            cells = layer_figures(self, path)
             layer, kind_name = display_name(path, name), shorten_middle(self.layers[path], kind)
             rows.append(f"{layer:<{name}} {kind_name:<{kind}}" + "".join(f" {c:>{_FIGURE}.3g}" for c in cells))
         return rows
+
+    def __repr__(self) -> str:
+        from ._display import results_repr
+
+        return results_repr(self)
+
+    def _repr_html_(self) -> str:
+        """The layers' table with small plots of their series, for notebooks (`IPython.display` calls it)."""
+        from ._display import results_html
+
+        return results_html(self)
 
     def to_records(self) -> list[dict[str, Any]]:
         """Long-format rows `{step, group, name, stat, value}`, one per recorded value (NaN rows skipped)."""
@@ -238,6 +250,13 @@ class WatchResults:
 
 
 hint_for(WatchResults, "the results of watch(model).results(), or WatchResults.load(path)")
+
+
+def layer_figures(results: WatchResults, path: str) -> list[float]:
+    """The figures `summary()` shows for a layer (`FIGURES`): the last recorded step's activation mean and std,
+    output-gradient norm and non-finite count (NaN where not recorded)."""
+    act, grad = results.activations.get(path, {}), results.output_grads.get(path, {})
+    return [_last(act.get("mean")), _last(act.get("std")), _last(grad.get("norm")), _last(act.get("nonfinite"))]
 
 
 def results_file(path: Path) -> Path:
