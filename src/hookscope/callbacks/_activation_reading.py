@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from ..stats import EXPONENT_NONE, RECORD, STATISTICS, RecordTable, auto_edges, finalize, fixed_edges, rebin
+from ..stats import EXPONENT_NONE, RECORD, STATISTICS, RecordTable, auto_edges, finalize, fixed_edges, on_widest_range
 
 __all__ = ["NEAR", "ActivationReading"]
 
@@ -75,8 +75,8 @@ class ActivationReading:
         hists, exponents = table.hists[: self._records].cpu(), table.exponents[: self._records].cpu()
         out = []
         for j in range(len(self.paths)):
-            target = exponents[:, j].amax() if self._records else torch.tensor(EXPONENT_NONE)
-            counts = hists[:, j] if self.hist_range is not None else rebin(hists[:, j], exponents[:, j], target)
+            widened, target = on_widest_range(hists[:, j], exponents[:, j])
+            counts = hists[:, j] if self.hist_range is not None else widened
             out.append((counts, int(target)))
         return out
 

@@ -25,7 +25,16 @@ import torch
 
 from .._check import NON_EMPTY, TIMEOUT, checked
 from ..distributed import DEFAULT_TIMEOUT, GRAD_SHARDED, MergeWarning, combine_parts, combine_ranks, merge_parts
-from ..stats import EXPONENT_NONE, auto_edges, exponent_of_edges, finalize, fixed_edges, from_statistics, rebin
+from ..stats import (
+    EXPONENT_NONE,
+    auto_edges,
+    exponent_of_edges,
+    finalize,
+    fixed_edges,
+    from_statistics,
+    rebin,
+    root_sum_squares,
+)
 from ._assemble import merge_first
 from ._results import ACTIVATION_STATS, GRAD_STATS, WatchResults
 
@@ -261,8 +270,7 @@ def _root_sum_squares(block: torch.Tensor, divide: float = 1.0) -> torch.Tensor:
     """(ranks, S, N, 2) norms and non-finite counts -> (S, N, 2): root of summed squares, summed counts."""
     seen = ~block[..., 1].isnan()
     norm = torch.where(seen, block[..., 0], 0.0)
-    unit = norm.amax(0).clamp(min=1e-300)
-    root = (norm / unit).square().sum(0).sqrt() * unit / divide
+    root = root_sum_squares(norm, dim=0) / divide
     nonfinite = torch.where(seen, block[..., 1], 0.0).sum(0)
     return torch.where(seen.any(0)[..., None], torch.stack((root, nonfinite), dim=-1), _NAN)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from .._torch import is_view
 from ._buffers import StepBuffers
 from ._options import WatchOptions
 
@@ -64,7 +65,7 @@ class StepWriter:
         if not self.buffers.is_live(row):
             self.drop("late_gradient")
             return
-        self.buffers.grads.add(self._ready(row, grad.device), index, grad, owned=not grad._is_view())
+        self.buffers.grads.add(self._ready(row, grad.device), index, grad, owned=not is_view(grad))
 
     def set_grad_factor(self, factor: torch.Tensor | None) -> None:
         """`1 / loss scale` of the open step's backward (GradScaler): its output-gradient norms are divided by it."""
