@@ -73,7 +73,7 @@ def _has(owner: object, *names: str) -> bool:
 
 def _probe_graph_task_id() -> bool:
     read = getattr(torch._C, "_current_graph_task_id", None)
-    return callable(read) and read() == -1  # -1 outside a backward, as the step rule expects
+    return callable(read) and isinstance(read(), int)  # -1 outside a backward, the running one's id inside
 
 
 def _probe_execution_engine() -> bool:
