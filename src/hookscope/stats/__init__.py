@@ -39,6 +39,7 @@ from ._histogram import (
     range_exponent,
     rebin,
     segment_counts,
+    widest_exponent,
 )
 from ._norm_table import NormTable
 from ._norms import (
@@ -115,4 +116,5 @@ __all__ = [
     "unit_counts",
     "unit_dims",
     "wide_dtype",
+    "widest_exponent",
 ]

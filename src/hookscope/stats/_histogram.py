@@ -18,6 +18,7 @@ in no column (the moments record counts them). Everything stays on the device.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import torch
 
@@ -37,6 +38,7 @@ __all__ = [
     "rebin",
     "row_counts",
     "segment_counts",
+    "widest_exponent",
 ]
 
 EXPONENT_NONE = -1100
@@ -222,6 +224,12 @@ def on_widest_range(hists: torch.Tensor, exponents: torch.Tensor, dim: int = 0) 
         return hists, torch.full_like(exponents.sum(dim), EXPONENT_NONE)
     target = exponents.amax(dim, keepdim=True)
     return rebin(hists, exponents, target.expand_as(exponents)), target.squeeze(dim)
+
+
+def widest_exponent(exponents: Iterable[int]) -> int:
+    """The exponent of the widest of automatic ranges given as ints (`EXPONENT_NONE` for none): the range that
+    `on_widest_range` puts histograms on, for merges that choose it from small headers before re-binning."""
+    return max(exponents, default=EXPONENT_NONE)
 
 
 def auto_edges(exponent: int, bins: int) -> torch.Tensor:

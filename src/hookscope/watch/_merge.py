@@ -34,6 +34,7 @@ from ..stats import (
     from_statistics,
     rebin,
     root_sum_squares,
+    widest_exponent,
 )
 from ._assemble import merge_first
 from ._results import ACTIVATION_STATS, GRAD_STATS, WatchResults
@@ -167,11 +168,10 @@ class _Layout:
                 f"hist_range must be the same on every rank, got {ranges} (rank order); watch every rank with the "
                 "same hist_range, or None (a range that follows the data, merged exactly)"
             )
-        hists: dict[str, int] = {}
+        paths = _union([list(h["hists"]) for h in headers])
+        hists = {p: widest_exponent(h["hists"][p] for h in headers if p in h["hists"]) for p in paths}
         units: dict[str, int] = {}
         for header in headers:
-            for path, exponent in header["hists"].items():
-                hists[path] = max(hists.get(path, EXPONENT_NONE), exponent)
             for path, size in header["units"].items():
                 units.setdefault(path, size)
         return cls(
