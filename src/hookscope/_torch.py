@@ -300,9 +300,9 @@ def forget_checks() -> None:
 
 def graph_task_id() -> int:
     """The id of the backward this thread runs in now, -1 outside a backward (or when torch no longer says)."""
-    if not is_available("graph_task_id"):
-        return -1
-    return int(torch._C._current_graph_task_id())
+    if _CHECKED.get("graph_task_id") or is_available("graph_task_id"):  # the first test inlined: every forward
+        return torch._C._current_graph_task_id()
+    return -1
 
 
 def queue_after_backward(callback: Callable[[], None]) -> bool:
@@ -319,9 +319,9 @@ def queue_after_backward(callback: Callable[[], None]) -> bool:
 
 def is_view(tensor: torch.Tensor) -> bool:
     """Whether `tensor` is a view of another tensor's storage (`True` when torch no longer says: copy to be safe)."""
-    if not is_available("is_view"):
-        return True
-    return bool(tensor._is_view())
+    if _CHECKED.get("is_view") or is_available("is_view"):  # the first test inlined: every gradient
+        return tensor._is_view()
+    return True
 
 
 def foreach_copy_(destinations: list[torch.Tensor], sources: list[torch.Tensor]) -> None:
