@@ -197,7 +197,8 @@ def test_grad_norms_after_all_reduce_equal_the_whole_batch_gradient(ranks: list[
     for got in ranks:
         assert list(got["grad_norms"]) == ["0.weight", "0.bias", "2.weight", "2.bias"]
         for name, param in model.named_parameters():
-            assert torch.allclose(got["grad_norms"][name], param.grad.double().norm(), rtol=1e-5)
+            assert torch.allclose(got["grad_norms"][name]["norm"], param.grad.double().norm(), rtol=1e-5)
+            assert float(got["grad_norms"][name]["nonfinite"]) == 0.0
 
 
 def test_stats_reducers_merge_across_ranks_also_when_one_saw_nothing(ranks: list[dict[str, Any]]) -> None:

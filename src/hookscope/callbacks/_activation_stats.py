@@ -31,7 +31,7 @@ from ..stats import (
     describe,
     finalize,
     fixed_edges,
-    rebin,
+    on_widest_range,
 )
 from ._activation_state import STATE
 from ._hook_callback import HookCallback, HookFunction
@@ -371,8 +371,8 @@ class ActivationStats(HookCallback):
         hists, exponents = table.hists[: self._records].cpu(), table.exponents[: self._records].cpu()
         out = []
         for j in range(len(self.paths)):
-            target = exponents[:, j].amax() if self._records else torch.tensor(EXPONENT_NONE)
-            counts = hists[:, j] if self.hist_range is not None else rebin(hists[:, j], exponents[:, j], target)
+            widened, target = on_widest_range(hists[:, j], exponents[:, j])
+            counts = hists[:, j] if self.hist_range is not None else widened
             out.append((counts, int(target)))
         return out
 

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .._torch import forward_pre_hooks, graph_task_id
 from ..callbacks._steps import uncounted
 from ..hooks import (
     HookHandle,
@@ -216,7 +217,7 @@ class RunSession:
 
     def _reached(self, entry: WatchedModel) -> Callable[[Any], None]:
         def hook(grad: Any) -> None:  # a backward reached the model's output: which loss?
-            loss = self._backwards.get(int(torch._C._current_graph_task_id()))
+            loss = self._backwards.get(graph_task_id())
             if loss is not None and entry not in loss.reached:
                 loss.reached.append(entry)
 
@@ -224,12 +225,12 @@ class RunSession:
 
     def _watch(self, module: nn.Module, args: tuple[Any, ...]) -> None:
         """Watch `module` from this forward on; its own pre-hooks are replayed for this call, which began already."""
-        before = set(module._forward_pre_hooks)
+        before = {key for key, _, _ in forward_pre_hooks(module)}
         optimizer = self._optimizer_of(module)
         watcher = watch(module, optimizer, every=self.every, select=self.select)
         watcher.attach()
-        for key, hook in list(module._forward_pre_hooks.items()):
-            if key not in before and key not in module._forward_pre_hooks_with_kwargs:
+        for key, hook, with_kwargs in forward_pre_hooks(module):
+            if key not in before and not with_kwargs:
                 hook(module, args)
         entry = WatchedModel(type(module).__name__, module, watcher, args)
         self.watched.append(entry)
@@ -259,7 +260,7 @@ class RunSession:
         loss = _Loss(sum((t.detach().float().sum() for t in roots), torch.zeros((), device=roots[0].device)))
 
         def started(grads: Any) -> None:
-            self._backwards[int(torch._C._current_graph_task_id())] = loss
+            self._backwards[graph_task_id()] = loss
 
         node = roots[0].grad_fn
         if node is not None:

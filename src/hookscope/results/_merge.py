@@ -25,7 +25,17 @@ import torch
 
 from .._check import NON_EMPTY, TIMEOUT, checked
 from ..distributed import DEFAULT_TIMEOUT, GRAD_SHARDED, MergeWarning, combine_parts, combine_ranks, merge_parts
-from ..stats import EXPONENT_NONE, auto_edges, exponent_of_edges, finalize, fixed_edges, from_statistics, rebin
+from ..stats import (
+    EXPONENT_NONE,
+    auto_edges,
+    exponent_of_edges,
+    finalize,
+    fixed_edges,
+    from_statistics,
+    rebin,
+    root_sum_squares,
+    widest_exponent,
+)
 from ._nonfinite import merge_first
 from ._results import ACTIVATION_STATS, GRAD_STATS, WatchResults
 
@@ -158,11 +168,10 @@ class _Layout:
                 f"hist_range must be the same on every rank, got {ranges} (rank order); watch every rank with the "
                 "same hist_range, or None (a range that follows the data, merged exactly)"
             )
-        hists: dict[str, int] = {}
+        paths = _union([list(h["hists"]) for h in headers])
+        hists = {p: widest_exponent(h["hists"][p] for h in headers if p in h["hists"]) for p in paths}
         units: dict[str, int] = {}
         for header in headers:
-            for path, exponent in header["hists"].items():
-                hists[path] = max(hists.get(path, EXPONENT_NONE), exponent)
             for path, size in header["units"].items():
                 units.setdefault(path, size)
         return cls(
@@ -261,8 +270,7 @@ def _root_sum_squares(block: torch.Tensor, divide: float = 1.0) -> torch.Tensor:
     """(ranks, S, N, 2) norms and non-finite counts -> (S, N, 2): root of summed squares, summed counts."""
     seen = ~block[..., 1].isnan()
     norm = torch.where(seen, block[..., 0], 0.0)
-    unit = norm.amax(0).clamp(min=1e-300)
-    root = (norm / unit).square().sum(0).sqrt() * unit / divide
+    root = root_sum_squares(norm, dim=0) / divide
     nonfinite = torch.where(seen, block[..., 1], 0.0).sum(0)
     return torch.where(seen.any(0)[..., None], torch.stack((root, nonfinite), dim=-1), _NAN)
 

@@ -95,7 +95,7 @@ class PendingTable:
         small = self._small
         base = min(row for row, _, _ in small)
         parts = tuple((row - base, key, shape) for row, members, _ in small for key, shape in members)
-        values = torch._C._nn.flatten_dense_tensors([t for _, _, t in small]).double()
+        values = torch.cat([t.reshape(-1) for _, _, t in small]).double()
         return base, parts, values
 
     def _keep_sample(self, row: int, key: int, sample: Sample, plan: Any) -> None:

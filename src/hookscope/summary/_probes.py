@@ -135,7 +135,7 @@ def num_features_model(m: nn.Module) -> int:
 def _leaf_calls(model: nn.Module, xb: tuple[Any, ...]) -> list[tuple[nn.Module, Any]]:
     check_hookable(model, "model")
     root = unwrap(model)
-    leaves = {id(n.module): n for n in walk(root) if n.same_as is None and not n.module._modules}
+    leaves = {id(n.module): n for n in walk(root) if n.same_as is None and next(n.module.children(), None) is None}
     run = run_forward(root, {key: n.path for key, n in leaves.items()}, xb, {}, count_flops=False)
     return [(leaves[call.module_id].module, call.output_shape) for call in run.calls]
 

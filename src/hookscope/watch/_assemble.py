@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..results import ACTIVATION_STATS, GRAD_STATS, WatchResults
-from ..stats import auto_edges, fixed_edges, rebin
+from ..stats import auto_edges, fixed_edges, on_widest_range
 from ._buffers import Chunk
 from ._options import WatchOptions
 
@@ -56,8 +56,7 @@ def _histograms(results: WatchResults, table: Chunk, paths: list[str], options: 
             results.hist_edges[path] = fixed_edges(options.hist_range, bins)
             results.hist_outside[path] = counts[:, bins:].clone()
         else:
-            target = table.exponents[:, j].amax()
-            counts = rebin(counts, table.exponents[:, j], target)
+            counts, target = on_widest_range(counts, table.exponents[:, j])
             results.hist_edges[path] = auto_edges(int(target), bins)
         results.histograms[path] = counts[:, :bins].clone()
 

@@ -42,6 +42,7 @@ class Budget:
         self.steps = 0  # steps that began
         self.measured = [0, 0.0]  # steps measured after the warm-up that ended, and hookscope's seconds in them
         self.skipped = [0, 0.0]  # steps not measured that ended, and their seconds
+        self.largest = 0.0  # the most hookscope took in one step (a flush of many steps' rows, say)
         self._step = -1  # the step last decided
         self._chosen = False  # whether it is measured
         self._credit = 0.0  # the token bucket: seconds hookscope may still spend
@@ -86,6 +87,7 @@ class Budget:
             earned = self.budget * (elapsed - self._spent)
             self._credit = min(self._credit + earned - self._spent, earned)
         self.own += self._spent
+        self.largest = max(self.largest, self._spent)
         self._spent = 0.0
 
     def summary(self) -> dict[str, Any]:
@@ -99,4 +101,5 @@ class Budget:
         (measured, own), (skipped, seconds) = self.measured, self.skipped
         # what one measured step costs against a step hookscope left alone (every step measured: 1 + this)
         summary["step_cost"] = own / measured / (seconds / skipped) if measured and skipped and seconds else None
+        summary["after_warmup"] = {"measured": measured, "seconds": own, "largest": self.largest}
         return summary

@@ -14,7 +14,8 @@ from collections.abc import Callable
 import torch
 import torch.nn as nn
 
-from ..stats import SMALL_BELOW
+from .._torch import foreach_copy_, foreach_sub_
+from ..stats import SMALL_BELOW, is_dtensor, local_part
 from ._buffers import StepBuffers
 from ._options import WatchOptions
 from ._step import StepState
@@ -97,7 +98,7 @@ class ParamRecorder:
             if copies is None or any(c.shape != current[i].shape for c, i in zip(copies, large, strict=True)):
                 copies = self._copies = [torch.empty_like(current[i]) for i in large]
             if large:
-                torch._foreach_copy_(copies, [current[i] for i in large])
+                foreach_copy_(copies, [current[i] for i in large])
         self._snapshot_row = self.state.row
 
     def record_ratios(self) -> None:
@@ -121,7 +122,7 @@ class ParamRecorder:
                 table.add_flat(slot, small, shapes, self._flat_before.sub_(after))
                 table.add_flat(slot, [count + i for i in small], shapes, after)
             if large:
-                torch._foreach_sub_(copies, [current[i] for i in large])
+                foreach_sub_(copies, [current[i] for i in large])
                 slot = self.buffers.ready(row, copies[0].device)
                 for copy, i in zip(copies, large, strict=True):
                     table.add(slot, i, copy)
@@ -150,15 +151,14 @@ def _flatten(tensors: list[torch.Tensor]) -> torch.Tensor:
     cloned, as `flatten_dense_tensors` would return a view of it). Call under `torch.no_grad()`."""
     if len(tensors) == 1:
         return tensors[0].reshape(-1).to(torch.float32, copy=True)
-    flat = torch._C._nn.flatten_dense_tensors(tensors)
+    flat = torch.cat([t.reshape(-1) for t in tensors])
     return flat if flat.dtype == torch.float32 else flat.float()
 
 
 def _is_dtensor(tensor: torch.Tensor) -> bool:
-    return type(tensor).__name__ == "DTensor" or type(getattr(tensor, "data", None)).__name__ == "DTensor"
+    return is_dtensor(tensor)
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:
     """This rank's shard of a DTensor (FSDP2 parameters and gradients); any other tensor as it is."""
-    to_local = getattr(tensor, "to_local", None)
-    return to_local() if callable(to_local) and _is_dtensor(tensor) else tensor
+    return local_part(tensor)

@@ -30,11 +30,12 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .._torch import is_view
 from ..callbacks._steps import ForwardFrames, Frame, uncounted
 from ..hooks import HookErrors, HookHandle, register_module_hook
 from ..hooks._calls import CalledHook
 from ..hooks._tree import is_plain
-from ..stats import unit_dims
+from ..stats import combine_norms, norm_of, unit_dims
 from ._budget import Budget
 from ._buffers import StepBuffers
 from ._entry import GradHook, Staged, hook_grads, no_label, plain_grad, staged
@@ -141,7 +142,7 @@ class Recorder:
             module = ref()
             if module is not None:
                 if self.stage is None:
-                    self.stage = torch.zeros(len(self.paths), 4, device=_device_of(module))
+                    self.stage = torch.zeros(len(self.paths), 4, dtype=torch.float64, device=_device_of(module))
                 hook = self._forward_hook(index)
                 handle = register_module_hook(
                     module, "forward", hook, owner=self, path=path, tags=_TAGS, errors=self.errors
@@ -288,7 +289,7 @@ class Recorder:
         def hook(grad: torch.Tensor) -> None:
             # Traced into the backward graph: only in-place updates of a device tensor are allowed here.
             if self.stage is not None:
-                self.stage[index, :3].add_(_squares(grad))
+                self.stage[index, :3].copy_(combine_norms(self.stage[index, :3], norm_of(grad)[:3]))
 
         return hook
 
@@ -316,7 +317,7 @@ class Recorder:
         if stage is None or not self.buffers.is_live(row):
             return
         sums = stage[:, :3].double()
-        norms = torch.stack((sums[:, 0].sqrt(), sums[:, 1], sums[:, 2], torch.zeros_like(sums[:, 0])), dim=1)
+        norms = torch.cat((sums, torch.zeros_like(sums[:, :1])), dim=1)  # norm records (engine's `norm_of`)
         slot = self.buffers.ready(row, stage.device)
         for index in range(len(self.paths)):
             self.buffers.grads.add_record(slot, index, norms[index])
@@ -345,7 +346,7 @@ class Recorder:
         if not self.buffers.is_live(row):
             self.drop("late_gradient")
             return
-        self.buffers.grads.add(self.buffers.ready(row, grad.device), index, grad, owned=not grad._is_view())
+        self.buffers.grads.add(self.buffers.ready(row, grad.device), index, grad, owned=not is_view(grad))
 
     def set_grad_factor(self, factor: torch.Tensor | None) -> None:
         """`1 / loss scale` of the open step's backward (GradScaler): its output-gradient norms are divided by it."""
@@ -476,14 +477,6 @@ def _normal_tensors() -> contextlib.AbstractContextManager[None]:
     """Under `torch.inference_mode()` (eval forwards recorded), leave it while recording: what the tables allocate
     and copy must be normal tensors, updated in place later."""
     return torch.inference_mode(False) if torch.is_inference_mode_enabled() else contextlib.nullcontext()
-
-
-def _squares(grad: torch.Tensor) -> torch.Tensor:
-    """(sum of squares of the finite values, non-finite count, count) of `grad`, float32 (traced backwards)."""
-    values = torch.view_as_real(grad) if grad.is_complex() else grad
-    finite = torch.isfinite(values)
-    clean = torch.where(finite, values, 0.0).float()
-    return torch.stack(((clean * clean).sum(), (~finite).sum().float(), torch.full_like(clean.sum(), values.numel())))
 
 
 def _device_of(module: nn.Module) -> torch.device:

@@ -11,6 +11,7 @@ import torch.nn as nn
 
 from .._check import checked, renamed
 from .._schema import Int, ListOf, Optional, Record, Str, check
+from .._torch import foreach_copy_
 from ..hooks import HookErrors, HookHandle, Selector, register_optimizer_hook
 from ..stats import Sampler, norm_of, ratio_of_norms
 from ._layers import weight_layers, weight_parameter
@@ -121,7 +122,7 @@ class UpdateRatioMonitor:
             if len(self._before) != len(self._weights):
                 self._before = [w.detach().clone() for w in self._weights]
             else:
-                torch._foreach_copy_(self._before, [w.detach() for w in self._weights])
+                foreach_copy_(self._before, [w.detach() for w in self._weights])
 
     def _after_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if is_nested_step(optimizer):
