@@ -149,7 +149,7 @@ def test_combine_activation_stats_leaves_parts_unchanged_and_matches_the_oracle(
     want = expected(values_of(out), near_zero=0.05, signed=True)
     row = combined.stats[0][0]
     assert math.isclose(row["mean"], want.mean, rel_tol=1e-5) and math.isclose(row["std"], want.std, rel_tol=1e-5)
-    assert math.isclose(row["at_most_near_zero"], want.near_zero, rel_tol=1e-6)
+    assert math.isclose(row["near_zero"], want.near_zero, rel_tol=1e-6)
 
 
 def _public_functions() -> dict[str, object]:

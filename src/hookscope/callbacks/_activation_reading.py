@@ -14,7 +14,7 @@ from ..stats import EXPONENT_NONE, RECORD, STATISTICS, RecordTable, auto_edges, 
 
 __all__ = ["NEAR", "ActivationReading"]
 
-NEAR = "at_most_near_zero"
+NEAR = "near_zero"
 """The key of fastai's signed near-zero fraction (`x <= near_zero`)."""
 
 
@@ -35,7 +35,7 @@ class ActivationReading:
 
     @property
     def stats(self) -> list[list[dict[str, Any]]]:
-        """Per observed batch, per observed module (model order): `{'mean', 'std', 'at_most_near_zero', 'sampled'
+        """Per observed batch, per observed module (model order): `{'mean', 'std', 'near_zero', 'sampled'
         (, 'hist')}` as floats (`'hist'`: a (bins,) tensor on the module's common range, `hist_edges(idx)`)."""
         if self._cache is None:
             self._cache = self._materialize()
@@ -87,7 +87,7 @@ class ActivationReading:
         return idx % modules
 
     def layer_stats(self, idx: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Return `(means, stds, at_most_near_zeros)` of module `idx` over the records, each (records,) float64.
+        """Return `(means, stds, near_zeros)` of module `idx` over the records, each (records,) float64.
 
         Raises:
             ValueError: `idx` is not the index of an observed module.
