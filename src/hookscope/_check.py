@@ -220,6 +220,7 @@ class _Plan:
         signature = inspect.signature(function)
         parameters = list(signature.parameters.values())
         self.owner = function.__qualname__.removesuffix(".__init__")
+        self.method = function.__name__ if parameters and parameters[0].name == "self" else None
         self.positional = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         self.var_positional = next((p.name for p in parameters if p.kind == p.VAR_POSITIONAL), None)
         self.var_keyword = next((p.name for p in parameters if p.kind == p.VAR_KEYWORD), None)
@@ -241,14 +242,18 @@ class _Plan:
         for name, value in kwargs.items():
             target = name if name in self.checks else self.var_keyword
             if target is None:
-                raise TypeError(self._unexpected(name))
+                raise TypeError(self._unexpected(name, args[0] if self.method and args else None))
             self._one(target, value, shown_as=name)
 
-    def _unexpected(self, name: str) -> str:
-        """The message for a keyword the function does not take: the closest ones it does take."""
+    def _unexpected(self, name: str, instance: object = None) -> str:
+        """The message for a keyword the function does not take: the closest ones it does take. A method names the
+        class of the object it was called on (a public subclass, not the private base that defines it)."""
         close = closest_names(name, [k for k in self.checks if k not in (self.var_positional, "self")], n=3)
         hint = f"; did you mean {' or '.join(f'{c}=' for c in close)}?" if close else ""
-        return f"{self.owner}() got an unexpected keyword argument {name!r}{hint}"
+        owner = self.owner
+        if instance is not None:
+            owner = type(instance).__name__ + ("" if self.method == "__init__" else f".{self.method}")
+        return f"{owner}() got an unexpected keyword argument {name!r}{hint}"
 
     def _one(self, name: str, value: Any, shown_as: str | None = None) -> None:
         annotation, test, wants = self.checks[name]

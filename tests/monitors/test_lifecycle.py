@@ -69,14 +69,27 @@ def test_registering_twice_is_a_no_op_and_deregistering_twice_too() -> None:
     assert len(layer._forward_hooks) == 0 and not monitor.is_registered
 
 
-def test_registering_on_another_module_moves_the_monitor() -> None:
+def test_registering_on_another_module_is_refused_until_deregistered() -> None:
     first, second = nn.Linear(2, 2), nn.Linear(2, 2)
     monitor = OutputMonitor(HistoryReducer(), module=first)
+    with pytest.raises(RuntimeError, match=r"^OutputMonitor\(Monitor\) is already registered to a module so register"):
+        monitor.register(second)  # inferno's rule
+    assert monitor.module is first and len(first._forward_hooks) == 1 and len(second._forward_hooks) == 0
+    monitor.deregister()
     monitor.register(second)
     first(torch.ones(1, 2))
     second(torch.ones(1, 2))
     assert monitor.reducer.pushes == 1 and len(first._forward_hooks) == 0 and monitor.module is second
     monitor.detach()
+
+
+def test_a_monitor_nobody_keeps_is_freed_and_its_hooks_removed() -> None:
+    layer = nn.Linear(2, 2)
+    monitor = OutputMonitor(HistoryReducer(), module=layer)
+    assert len(layer._forward_hooks) == 1
+    alive = weakref.ref(monitor)
+    del monitor  # inferno's lifetime: the hook holds the monitor weakly, a finalizer removes the hook
+    assert alive() is None and len(layer._forward_hooks) == 0 and list_hooks(layer) == []
 
 
 def test_nested_monitors_leave_outer_ones_and_user_hooks_alone() -> None:
