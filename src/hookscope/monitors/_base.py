@@ -22,7 +22,6 @@ import torch.nn as nn
 
 from .._check import checked
 from .._errors import UserHookError, closest_names
-from .._loading import deprecated_load
 from .._schema import Const, Int, Part, Record, SchemaError, check, found
 from ..checkpoint import from_file
 from ..hooks import HookErrors, HookHandle, check_hookable, register_module_hook, tensor_leaves
@@ -279,12 +278,11 @@ class Monitor:
         return save_state(path, self.state_dict(), kind=self.state_kind)
 
     def load(self, path: str | os.PathLike[str]) -> None:
-        """Deprecated: restore the state `save(path)` wrote; use `hookscope.load_state(path, monitor)`.
+        """Restore the state `save(path)` wrote into this monitor, in place (as `hookscope.load_state(path, m)`).
 
-        `X.load(path)` returns a new object wherever hookscope defines it; a monitor cannot be rebuilt from a
-        file (its selection and functions are code), so restoring one is `hookscope.load_state(path, monitor)`.
+        A monitor cannot be rebuilt from a file (its selection and functions are code), so `load` restores into
+        an existing one.
         """
-        deprecated_load(self, "m")
         state = load_state(path, kind=self.state_kind)
         with from_file(path):
             self.load_state_dict(state)
