@@ -268,3 +268,30 @@ def test_a_monitor_dropped_by_its_user_is_freed_with_gc_disabled() -> None:
         assert [ref() for ref in alive] == [None] * 6
     finally:
         gc.enable()
+
+
+def test_the_base_monitor_places_inferno_prehook_and_posthook() -> None:
+    calls: list[str] = []
+
+    class Tracing(Monitor):
+        def before(self, module: nn.Module, args: Any) -> None:
+            calls.append("pre")
+
+    layer = nn.Linear(2, 2)
+    monitor = Tracing(HistoryReducer(), layer, prehook="before", posthook=lambda m, a, o: calls.append("post"))
+    layer(torch.ones(1, 2))
+    layer.eval()
+    monitor.eval_update = False
+    layer(torch.ones(1, 2))  # gated: neither hook runs in eval mode
+    assert calls == ["pre", "post"] and monitor.counts["gated"] == 2
+    monitor.deregister()
+    assert not layer._forward_hooks and not layer._forward_pre_hooks
+
+
+def test_prehook_and_posthook_are_refused_where_they_would_be_ignored() -> None:
+    with pytest.raises(TypeError, match=r"^prehook must be None for OutputMonitor, which places its own hooks"):
+        OutputMonitor(HistoryReducer(), prehook=lambda m, a: None)
+    with pytest.raises(ValueError, match=r"^posthook must name a method of Monitor, got 'regster'; did you mean"):
+        Monitor(HistoryReducer(), posthook="regster")
+    with pytest.raises(TypeError, match=r"^Monitor places no hook: Monitor is the base of InputMonitor"):
+        Monitor(HistoryReducer(), nn.Linear(1, 1))

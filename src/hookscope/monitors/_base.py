@@ -135,9 +135,7 @@ class Monitor:
     def registered(self) -> bool:
         """inferno's `registered`: whether `register()` placed hooks that `deregister()` has not removed, also when
         the module they were on was freed since (`is_registered` tells whether it is alive)."""
-        return any(not handle.is_removed for handle in self._handles) or (
-            bool(self._handles) and self._observed is not None and self._observed() is None
-        )
+        return any(not handle.is_removed for handle in self._handles)
 
     @property
     def path(self) -> str | None:
