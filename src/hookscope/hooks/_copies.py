@@ -8,6 +8,10 @@ hookscope: it names only the user's classes and torch's, loads with the weights-
 that never imported hookscope, and the copy carries no hook of ours, not even an inert one. The attribute goes
 when the module's last hookscope hook is removed. The names of torch's hook tables are private torch attributes,
 listed here and nowhere else.
+
+A parametrized module (`torch.nn.utils.parametrize`, the constraints' `"parametrize"` mode) is torch's own case:
+torch refuses to pickle it, and its class deep-copies the `__dict__` itself, so such a deep copy keeps its hooks as
+`InertHook`s (they do nothing).
 """
 
 from __future__ import annotations
@@ -50,12 +54,15 @@ class CopyWithoutHooks:
             return reduced  # a class with its own reduction: its hooks pickle as InertHook (CalledHook.__reduce__)
         return (*reduced[:2], without_hooks(reduced[2]), *reduced[3:])
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> CopyWithoutHooks | None:
+        """Reached only when a class deep-copies its `__dict__` itself (torch's parametrized modules): bind the
+        reduction to the replica, which that deep copy put in `memo` first."""
+        module = self.module()
+        replica = memo.get(id(module)) if module is not None else None
+        return CopyWithoutHooks(replica) if isinstance(replica, nn.Module) else None
+
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_missing, ())  # never reached: `without_hooks` drops it from the state it copies
-
-
-def _missing() -> None:
-    return None
+        return (type(None), ())  # never reached: `without_hooks` drops it from the state it copies
 
 
 def without_hooks(state: dict[str, Any]) -> dict[str, Any]:
