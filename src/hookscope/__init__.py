@@ -2,14 +2,13 @@
 
 The top level holds what a user types in the first hour: `watch`, `summary`, `diagnose`, the fastai vocabulary,
 the weight tools, the monitor and reducer classes, saving and merging. Everything else lives in its subpackage
-(`hookscope.hooks`, `hookscope.weights`, `hookscope.doctor`, `hookscope.summary` ...). Names that used to be here
-still import, with a `FutureWarning` naming their new home (`MOVED`).
+(`hookscope.hooks`, `hookscope.weights`, `hookscope.doctor`, `hookscope.summary` ...). The names the first releases
+(the seed) had here and that live in a subpackage now still import from here, without a warning (`ELSEWHERE`).
 """
 
 from __future__ import annotations
 
 import importlib
-import warnings
 from typing import Any
 
 from ._errors import HookscopeWarning
@@ -121,11 +120,10 @@ __all__ = [
     "watch",
 ]
 
-MOVED = {
+ELSEWHERE = {
     **dict.fromkeys(
         (
             "CompiledModelWarning",
-            "HookFailureWarning",
             "HookHandle",
             "HookInfo",
             "named_modules",
@@ -147,7 +145,8 @@ MOVED = {
     "ModelSummary": "hookscope.summary",
     "UnobservedModuleWarning": "hookscope.watch",
 }
-"""Names that were top-level before 0.2, and the subpackage each lives in now."""
+"""Names the seed had at the top level that live in a subpackage now (name -> that subpackage); they import from
+`hookscope` too, without a warning, but are not listed in `__all__`."""
 
 SUBPACKAGES = (
     "callbacks",
@@ -170,16 +169,10 @@ SUBPACKAGES = (
 
 
 def __getattr__(name: str) -> Any:
-    """Resolve a name moved to a subpackage, with a `FutureWarning` naming the import to use instead."""
-    home = MOVED.get(name)
+    """Resolve a name of the seed's top level that lives in a subpackage (`ELSEWHERE`)."""
+    home = ELSEWHERE.get(name)
     if home is None:
         raise AttributeError(f"module 'hookscope' has no attribute {name!r}")
-    warnings.warn(
-        f"hookscope.{name} moved to {home}: use `from {home} import {name}` (the top-level name will be removed in "
-        "the next release)",
-        FutureWarning,
-        stacklevel=2,
-    )
     return getattr(importlib.import_module(home), name)
 
 

@@ -169,6 +169,14 @@ _GLOBAL_REGISTER = {
     "global_module_registration": module_globals.register_module_module_registration_hook,
     "global_parameter_registration": module_globals.register_module_parameter_registration_hook,
 }
+MODULE_HOOK_TABLES = tuple(name for _, name in _MODULE_DICTS)
+"""The names of torch's per-module hook dicts (hook id -> hook) in a module's `__dict__` (its pickled state)."""
+MODULE_HOOK_SIDE_TABLES = {
+    "_forward_pre_hooks_with_kwargs": "_forward_pre_hooks",
+    "_forward_hooks_with_kwargs": "_forward_hooks",
+    "_forward_hooks_always_called": "_forward_hooks",
+}
+"""torch's per-module flags (hook id -> True) in a module's `__dict__`, each keyed by the ids of one hook dict."""
 MODULE_HOOK_KINDS = tuple(kind for kind, _ in _MODULE_DICTS)
 """The kinds of hooks `module_hooks` reads on a module, in the order torch runs them."""
 TENSOR_HOOK_KINDS = tuple(kind for kind, _ in _TENSOR_DICTS)

@@ -113,7 +113,7 @@ def test_activation_stats_records_the_same_statistics_compiled_and_eager() -> No
     for k, record in enumerate(eager.stats):
         for j, entry in enumerate(record):
             got = compiled_stats.stats[k][j]
-            for name in ("mean", "std", "at_most_near_zero"):
+            for name in ("mean", "std", "near_zero"):
                 assert got[name] == pytest.approx(entry[name], rel=1e-5, abs=1e-7), (k, j, name)
             assert torch.equal(got["hist"], entry["hist"]), (k, j)
     assert_no_graph_break()

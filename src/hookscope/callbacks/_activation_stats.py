@@ -39,7 +39,7 @@ from ._steps import ForwardFrames, Frame, uncounted
 
 __all__ = ["NEAR", "STATE", "ActivationStats", "RecordsDroppedWarning"]
 
-NEAR = "at_most_near_zero"
+NEAR = "near_zero"
 """The key of fastai's signed near-zero fraction (`x <= near_zero`)."""
 
 FLUSH_RECORDS = 64
@@ -56,9 +56,9 @@ class ActivationStats(HookCallback):
     """Record mean, std and fastai's near-zero fraction (and a histogram) of each module's output per batch.
 
     For every observed training batch and every observed module, `stats[k][j]` is a dict with `'mean'`,
-    `'std'` (Bessel's correction, 0 for a single value), `'at_most_near_zero'` (the fraction of finite output
-    values `x <= near_zero`: fastai's "% near zero", signed, so every negative value counts; the rest of
-    hookscope reports `near_zero`, the fraction with `|x| <= near_zero`) and `'sampled'` (the fraction of the
+    `'std'` (Bessel's correction, 0 for a single value), `'near_zero'` (fastai's key and rule: the fraction of
+    finite output values `x <= near_zero`, signed, so every negative value counts; watch() and the reducers
+    report the fraction with `|x| <= near_zero` under that name) and `'sampled'` (the fraction of the
     values whose statistics were estimated from a sample), plus `'hist'` with `with_hist=True`. Every statistic
     is the engine's (`hookscope.stats`): non-finite values are counted apart and never enter the others. A module
     called several times in one batch is described by all its outputs together; a module not called has NaN
@@ -89,6 +89,7 @@ class ActivationStats(HookCallback):
         cpu: Move outputs to the CPU before computing the statistics (slower; default `False`).
         exact: Describe every value of large outputs (slower) instead of a sample.
         strict: Raise failures of its hooks instead of counting them; `None` reads `HOOKSCOPE_STRICT`.
+        include_paramless: With `modules=None`, also record the leaf modules without parameters, as fastai.
 
     Raises:
         ValueError: an argument is out of range (the message says which).
@@ -101,7 +102,7 @@ class ActivationStats(HookCallback):
         ...     for _ in range(5):
         ...         model(torch.randn(16, 3)).sum().backward()
         >>> len(stats.stats), sorted(stats.stats[0][1])
-        (3, ['at_most_near_zero', 'mean', 'sampled', 'std'])
+        (3, ['mean', 'near_zero', 'sampled', 'std'])
     """
 
     @checked(near_zero=FINITE)
@@ -119,8 +120,9 @@ class ActivationStats(HookCallback):
         cpu: bool = False,
         exact: bool = False,
         strict: bool | None = None,
+        include_paramless: bool = False,
     ) -> None:
-        super().__init__(modules, every, remove_end, True, detach, cpu)
+        super().__init__(modules, every, remove_end, True, detach, cpu, include_paramless)
         self.hist_range = check_range("hist_range", hist_range)
         self.hist_bins = check_bins("hist_bins", hist_bins, automatic=self.hist_range is None)
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
@@ -203,6 +205,7 @@ class ActivationStats(HookCallback):
     @contained
     def on_batch_start(self, batch: int) -> None:
         """Open a record for an observed batch (or count it as dropped past `capacity`)."""
+        self.train_iter = batch
         if self.every is not None and batch % self.every != 0:
             return
         if self._records >= self.capacity:
@@ -246,7 +249,7 @@ class ActivationStats(HookCallback):
             )
 
     def hook(self, m: nn.Module, i: Any, o: Any) -> Any:
-        """Return `{'mean', 'std', 'at_most_near_zero'}` (0-d float64 tensors on the output's device) of `o`."""
+        """Return `{'mean', 'std', 'near_zero'}` (0-d float64 tensors on the output's device) of `o`."""
         x = _first_float(o)
         if x is None:
             return None
@@ -331,7 +334,7 @@ class ActivationStats(HookCallback):
     # ---- reading ---------------------------------------------------------------------------------------------
     @property
     def stats(self) -> list[list[dict[str, Any]]]:
-        """Per observed batch, per observed module (model order): `{'mean', 'std', 'at_most_near_zero', 'sampled'
+        """Per observed batch, per observed module (model order): `{'mean', 'std', 'near_zero', 'sampled'
         (, 'hist')}` as floats (`'hist'`: a (bins,) tensor on the module's common range, `hist_edges(idx)`)."""
         if self._cache is None:
             self._cache = self._materialize()
@@ -383,7 +386,7 @@ class ActivationStats(HookCallback):
         return idx % modules
 
     def layer_stats(self, idx: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Return `(means, stds, at_most_near_zeros)` of module `idx` over the records, each (records,) float64.
+        """Return `(means, stds, near_zeros)` of module `idx` over the records, each (records,) float64.
 
         Raises:
             ValueError: `idx` is not the index of an observed module.

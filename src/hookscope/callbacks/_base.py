@@ -88,7 +88,7 @@ class LoopDriver:
     root output completes; `before/after_optimizer_step` fire around `optimizer.step()` when an optimizer is given
     (the forwards and backwards of a closure run between them). `on_fit_start` runs now; `detach()` (or leaving the
     `with` block) runs `on_fit_end`, also when the block raises, and removes the driver's hooks. The hooks hold
-    the driver, not the model; a pickled or deep-copied model carries inert hooks instead.
+    the driver, not the model; a pickled or deep-copied model carries none of them.
 
     Args:
         callbacks: The callbacks to drive, in event order.

@@ -87,7 +87,7 @@ def register_output_grad_hook(
 
 
 class _OutputGradForwardHook:
-    """The forward hook that arms one multi-grad hook per call (registered wrapped: inert in copies)."""
+    """The forward hook that arms one multi-grad hook per call (left out of copies of the module)."""
 
     def __init__(self, hook: OutputGradHook, pending: _PendingCalls) -> None:
         self.hook = hook

@@ -22,7 +22,7 @@ from typing import Any, TypeAlias
 
 import torch.nn as nn
 
-from .._check import checked, renamed, shown
+from .._check import aliases, checked, shown
 from .._errors import unknown_name
 from .._torch import WRAPPER_SEGMENTS, wrapped_module
 
@@ -100,7 +100,7 @@ def _has_own(module: nn.Module) -> bool:
     return next(iter(module.parameters(recurse=False)), None) is not None
 
 
-@renamed(selector="select")
+@aliases(selector="select")
 @checked()
 def select_modules(model: nn.Module, select: Selector = None) -> list[tuple[str, nn.Module]]:
     """Return the `(path, module)` pairs of `model` that `select` picks, in model order.

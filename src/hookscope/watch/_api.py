@@ -43,7 +43,7 @@ def watch(model: nn.Module, optimizer: torch.optim.Optimizer | None = None, **op
     never run in a step are listed in `results().unobserved` with advice, and warned about once. A failure inside
     the watch's own hooks never reaches the training: it is counted in `dropped["error"]` and warned about once
     (`HookFailureWarning`), or raised with `strict=True`. A model holding the watch can be pickled, saved with
-    `torch.save` and deep-copied: the copy carries inert hooks.
+    `torch.save` and deep-copied: the copy carries no hook of the watch (it loads without hookscope).
 
     The keywords after `optimizer` are written once, in `hookscope.watch._options.WatchOptions` (shared with `Watch`).
 

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from .._check import checked, renamed
+from .._check import aliases, checked
 from .._schema import Int, ListOf, Optional, Record, Str, check
 from .._torch import foreach_copy_
 from ..hooks import HookErrors, HookHandle, Selector, register_optimizer_hook
@@ -72,7 +72,7 @@ class UpdateRatioMonitor:
         """Steps recorded but no longer kept (past `capacity`)."""
         return self._log.dropped
 
-    @renamed(layer_names="select")
+    @aliases(layer_names="select")
     def attach(self, model: nn.Module, optimizer: torch.optim.Optimizer, select: Selector = None) -> UpdateRatioMonitor:
         """Watch the chosen layers' weights around every `optimizer.step()`; returns self (`with` detaches).
 
