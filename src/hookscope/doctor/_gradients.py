@@ -75,7 +75,7 @@ def _first_broken(results: WatchResults) -> int:
         if isinstance(hit, dict) and "step" in hit
     ]
     if results.losses is not None:
-        broken.append(first_index(~torch.isfinite(results.losses)))
+        broken.append(first_index(~torch.isfinite(results.losses) & results.loss_logged()))
     return min((index for index in broken if index is not None), default=results.num_steps)
 
 

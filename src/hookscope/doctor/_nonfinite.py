@@ -62,7 +62,7 @@ def _count(results: WatchResults, group: dict[str, dict[str, torch.Tensor]], pat
 def _loss_finding(results: WatchResults) -> list[Finding]:
     if results.losses is None:
         return []
-    bad = (~torch.isfinite(results.losses)).nonzero()
+    bad = (~torch.isfinite(results.losses) & results.loss_logged()).nonzero()  # an unknown loss is not NaN
     if not bad.numel():
         return []
     step = step_at(results, int(bad[0, 0]))

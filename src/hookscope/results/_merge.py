@@ -48,6 +48,7 @@ _OPS = {
     "param_grads": "gather",
     "update_ratios": "gather",
     "losses": "gather",
+    "loss_counts": "gather",
     "hists": "sum",
     "outside": "sum",
     "units": "sum",
@@ -214,8 +215,10 @@ def _pack(results: WatchResults, header: dict[str, Any], layout: _Layout) -> dic
     statistics = _fill(layout.activations, results.activations, ACTIVATION_STATS, rows, steps)
     ratios = {name: {"ratio": series} for name, series in results.update_ratios.items()}
     losses = torch.full((steps,), _NAN, dtype=torch.float64)
+    logged = torch.zeros(steps, dtype=torch.float64)
     if results.losses is not None:
         losses[rows] = results.losses.double()
+        logged[rows] = results.loss_logged().double()
     hists = torch.zeros(steps, len(layout.hists), layout.bins, dtype=torch.float64)
     outside = torch.zeros(steps, len(layout.hists), 2, dtype=torch.float64)
     for j, (path, target) in enumerate(layout.hists.items()):
@@ -236,6 +239,7 @@ def _pack(results: WatchResults, header: dict[str, Any], layout: _Layout) -> dic
         "param_grads": _fill(layout.param_grads, results.param_grads, GRAD_STATS, rows, steps),
         "update_ratios": _fill(layout.update_ratios, ratios, ("ratio",), rows, steps),
         "losses": losses,
+        "loss_counts": logged,
         "hists": hists,
         "outside": outside,
         "units": units,
@@ -300,8 +304,10 @@ def _assemble(
     merged.output_grads = _series(_root_sum_squares(tables["output_grads"], divide), layout.output_grads, GRAD_STATS)
     report = _merge_params(merged, headers, layout, tables, notes)
     if layout.has_losses:
-        losses = tables["losses"]
-        merged.losses = losses.nansum(0).div((~losses.isnan()).sum(0))  # 0/0 = NaN: no rank logged one
+        # the mean over the ranks that logged one (a non-finite one stays so); 0/0 = NaN: no rank logged one
+        logged = tables["loss_counts"] > 0
+        merged.losses = torch.where(logged, tables["losses"], 0.0).sum(0).div(logged.sum(0))
+        merged.loss_counts = logged.sum(0).double()
     for j, (path, exponent) in enumerate(layout.hists.items()):
         merged.histograms[path] = tables["hists"][:, j].clone()
         if layout.hist_range is None:

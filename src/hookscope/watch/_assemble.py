@@ -42,6 +42,7 @@ def build_results(
         results.update_ratios = {n: table.update_ratios[:, i].clone() for i, n in enumerate(param_names)}
     if table.has_loss:
         results.losses = table.losses.clone()
+        results.loss_counts = table.loss_counts.clone()
     return results
 
 
@@ -75,4 +76,5 @@ def _empty(modules: int, params: int, bins: int) -> Chunk:
         param_grads=torch.zeros(0, params, len(GRAD_STATS), dtype=torch.float64),
         update_ratios=torch.zeros(0, params, dtype=torch.float64),
         losses=torch.zeros(0, dtype=torch.float64),
+        loss_counts=torch.zeros(0, dtype=torch.float64),
     )

@@ -51,6 +51,7 @@ _TABLE = Record(
     update_ratios=Tensor(_ROWS, shape=("steps", "params")),
     losses=Tensor(_ROWS, shape=("steps",)),
     has_loss=Bool(),
+    optional={"loss_counts": Tensor(_ROWS, shape=("steps",))},  # absent from older states
 )
 _RECORDER_STATE = Record(
     paths=ListOf(Str(), length="modules"),
