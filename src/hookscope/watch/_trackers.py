@@ -9,7 +9,7 @@ Names follow `wandb.watch` where it has one and hookscope's groups elsewhere:
 | `update_ratios[name]`               | `parameters/<name>/update_ratio`            |
 | `activations[path][stat]`           | `activations/<path>/<stat>`                 |
 | `output_grads[path][stat]`          | `output_gradients/<path>/<stat>`            |
-| `losses`                            | `hookscope/loss`                            |
+| `losses`                            | `hookscope/loss`, `hookscope/loss_count`    |
 | the recorded step                   | `hookscope/step` (W&B; MLflow's own step)   |
 
 The root module's path `""` is `(root)`. The loss is `hookscope/loss`, not `loss`, so that it never mixes with a
@@ -61,7 +61,7 @@ def tracker_key(group: str, name: str, stat: str) -> str:
     ('parameters/0.weight/update_ratio', 'hookscope/loss')
     """
     if group == "losses":
-        return LOSS_KEY
+        return LOSS_KEY if stat == "loss" else f"{LOSS_KEY}_{stat}"  # the loss, and how many were logged
     shown = neutralize(name) or ROOT
     if group == "update_ratios":
         return f"parameters/{shown}/update_ratio"
