@@ -6,7 +6,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 import torch
+import torch.nn as nn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -116,3 +118,66 @@ def test_fixed_range_histograms_count_what_falls_outside() -> None:
     table.flush()
     assert table.hists is not None
     assert table.hists[0, 0].tolist() == [1.0, 40_000.0, 1.0, 1.0, 1.0, 1.0]  # 4 bins, below, above
+
+
+def test_units_are_the_channels_of_4d_5d_and_channel_first_layers_else_the_last_dim() -> None:
+    """`unit_dims` against the rule its module states, case by case: (module, ndim) -> (unit dim, dims reduced)."""
+    cases = [
+        (nn.Linear(2, 2), 1, None),
+        (nn.Linear(2, 2), 2, (1, (0,))),
+        (nn.Linear(2, 2), 3, (2, (0, 1))),  # (B, T, C): the features
+        (None, 3, (2, (0, 1))),
+        (None, 4, (1, (0, 2, 3))),
+        (None, 5, (1, (0, 2, 3, 4))),
+        (nn.Conv1d(2, 2, 1), 3, (1, (0, 2))),
+        (nn.BatchNorm1d(2), 3, (1, (0, 2))),
+        (nn.GroupNorm(1, 2), 3, (1, (0, 2))),
+        (nn.LayerNorm(2), 3, (2, (0, 1))),
+    ]
+    for module, ndim, wanted in cases:
+        assert stats.unit_dims(module, ndim) == wanted, (module, ndim)
+
+
+def test_unit_counts_saved_and_loaded_go_on_where_they_were() -> None:
+    cpu = torch.device("cpu")
+    units = stats.UnitCounts(3)
+    first, third = units.slot(0, 4, cpu), units.slot(2, 2, cpu)  # key 1 is never observed
+    assert first is not None and third is not None
+    positions = torch.tensor([first, first + 1, first + 2, first + 3, third, third + 1])
+    active = torch.tensor([1.0, 0.0, 2.0, 3.0, 1.0, 0.0], dtype=torch.float64)
+    units.add(positions, active, torch.tensor([2.0, 2.0, 2.0, 4.0, 1.0, 1.0], dtype=torch.float64))
+    loaded = stats.UnitCounts(3)
+    loaded.load(units.state(), cpu)
+    fractions = loaded.fractions()
+    assert fractions[1] is None
+    assert fractions[0] is not None and fractions[0].tolist() == [0.5, 0.0, 1.0, 0.75]
+    assert fractions[2] is not None and fractions[2].tolist() == [1.0, 0.0]
+    start = loaded.slot(2, 2, cpu)
+    assert start is not None
+    loaded.add(torch.tensor([start, start + 1]), torch.tensor([0.0, 3.0], dtype=torch.float64), 3.0)
+    after = loaded.fractions()[2]
+    assert after is not None and after.tolist() == [0.25, 0.75]  # (1 + 0) / (1 + 3), (0 + 3) / (1 + 3)
+    assert loaded.mismatch == 0
+
+
+def test_a_discarded_row_id_forgets_its_cells_and_what_waits_for_them() -> None:
+    """Row ids wrap around the rows (a ring of steps): `discard(5)` of a 3-row table empties row 2 and what waits
+    for row id 5 and leaves the other rows alone. `pending_values` counts the values waiting: copies of tensors
+    below `SMALL_BELOW` values, the sample of larger ones."""
+    table = stats.NormTable(1, stats.Sampler(seed=0))
+    table.allocate(3, torch.device("cpu"))
+    assert table.pending_values == 0
+    table.add(5, 0, torch.randn(10))
+    table.flush()
+    small, large = torch.randn(stats.SMALL_BELOW - 1), torch.randn(stats.SMALL_BELOW)
+    table.add(5, 0, torch.randn(5))
+    table.add(4, 0, small)
+    table.add(4, 0, large)
+    assert table.pending_values == 5 + small.numel() + stats.SAMPLE_SIZE
+    table.discard(5)
+    assert table.pending_values == small.numel() + stats.SAMPLE_SIZE
+    table.flush()
+    assert table.pending_values == 0 and table.norms is not None
+    wanted = expected(values_of(small, large)).norm
+    assert table.norms[:, 0, 0].tolist() == pytest.approx([0.0, wanted, 0.0], rel=1e-6)
+    assert table.norms[1, 0, 2] == small.numel() + large.numel()

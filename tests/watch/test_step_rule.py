@@ -15,6 +15,7 @@ import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
 from hookscope.callbacks import ActivationStats
+from hookscope.callbacks._steps import uncounted
 from hookscope.watch import watch
 
 
@@ -365,3 +366,58 @@ def test_an_optimizer_over_single_small_tensors_trains_as_without_watch(case: st
         assert torch.equal(mine, theirs)
     last = list(results.update_ratios)[-1]
     assert results.update_ratios[last].tolist() == pytest.approx(expected, rel=1e-4)
+
+
+def test_uncounted_names_why_a_forward_is_not_part_of_a_step() -> None:
+    """The rule itself, case by case; `train_only` is on unless turned off (ActivationStats relies on it)."""
+    model = nn.Linear(2, 2)
+    seen_in_backward: list[str | None] = []
+    assert uncounted(model) is None
+    with torch.no_grad():
+        assert uncounted(model) == "no_grad"
+    with torch.inference_mode():
+        assert uncounted(model) == "inference_mode"
+    model.eval()
+    assert uncounted(model) == "eval"
+    assert uncounted(model, train_only=False) is None
+    model.train()
+    x = torch.ones(2, requires_grad=True)
+    x.register_hook(lambda grad: seen_in_backward.append(uncounted(model, train_only=False)))
+    x.sum().backward()
+    assert seen_in_backward == ["recompute"]
+
+
+class Inplace(nn.Module):
+    """A model whose forward returns nothing: it keeps its output in `last` (a forward hook then sees `None`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(3, 8)
+        self.last = torch.zeros(())
+
+    def forward(self, x: torch.Tensor) -> None:
+        self.last = self.a(x)
+
+
+def test_a_forward_returning_none_inside_an_except_block_completes() -> None:
+    """The exception being handled when a root forward starts is not the forward's own: a forward that returns
+    `None` inside `except` (a retry) has completed and is recorded."""
+    model = Inplace()
+    opt = frozen_sgd(model)
+    inputs = [torch.randn(4, 3) for _ in range(2)]
+    with watch(model, opt, select="a") as w:
+        for x in inputs:
+            try:
+                raise RuntimeError("out of memory (planted)")
+            except RuntimeError:
+                model(x)
+                model.last.sum().backward()
+            opt.step()
+    results = w.results()
+    with torch.no_grad():
+        expected = torch.stack([model.a(x) for x in inputs])
+    assert results.activations["a"]["count"].tolist() == [32.0, 32.0]
+    torch.testing.assert_close(
+        results.activations["a"]["mean"], expected.mean(dim=(1, 2)).double(), rtol=1e-5, atol=1e-6
+    )
+    assert not results.dropped.get("raised")
