@@ -155,5 +155,7 @@ class ForwardFrames:
         if not stack:  # registered during this very call
             return
         frame = stack.pop()
+        # equivalent mutant `1 -> 2` (occurrence 1): `sys.exc_info()` is all None or all set, so [2] is None when [1] is
+        # equivalent mutant `1 -> 0` (occurrence 1): as above, for [0]
         raised = output is None and sys.exc_info()[1] is not None and sys.exc_info()[1] is not frame._outer
         self._on_exit(frame, not raised)

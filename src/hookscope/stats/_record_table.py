@@ -166,6 +166,7 @@ class RecordTable(PendingTable):
         else:
             exponents = exponent_of(_largest(record))
             hist = segment_counts(values, finite, segments.segment, segments.groups, bins, exponents)
+        # equivalent mutant `* -> /`: no caller passes `weight` (the sampled path weights its histograms itself)
         return [hist if weight is None else hist * weight[:, None], exponents[:, None].double()]
 
     def _describe_small(self, values: torch.Tensor, layout: _SmallLayout) -> torch.Tensor:
