@@ -181,3 +181,15 @@ def test_a_discarded_row_id_forgets_its_cells_and_what_waits_for_them() -> None:
     wanted = expected(values_of(small, large)).norm
     assert table.norms[:, 0, 0].tolist() == pytest.approx([0.0, wanted, 0.0], rel=1e-6)
     assert table.norms[1, 0, 2] == small.numel() + large.numel()
+
+
+def test_a_table_allocated_on_another_device_writes_what_waits_then_moves_there() -> None:
+    """The "meta" device stands for a second device on a machine without one: only where tensors live is read."""
+    for table in (stats.RecordTable(1, stats.Spec(), bins=4), stats.NormTable(1)):
+        table.allocate(2, torch.device("cpu"))
+        table.add(0, 0, torch.randn(5))
+        assert table.is_pending
+        table.allocate(2, torch.device("meta"))
+        assert not table.is_pending and table.device == torch.device("meta")
+        held = [table.records, table.hists] if isinstance(table, stats.RecordTable) else [table.norms]
+        assert [t.device.type for t in held if t is not None] == ["meta"] * len(held)
