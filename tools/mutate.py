@@ -12,13 +12,18 @@ just above it, naming the change exactly as this tool prints it, with the reason
 
     # equivalent mutant `and -> or`: hists and exponents are only ever set together (_grow)
 
-Marked mutants are listed, not run, and left out of the score.
+`(occurrence k)` after the change picks the k-th such change on the line, from the left, where a line has several.
+Marked mutants are listed, not run, and left out of the score; so are mutants inside an `if` on a CUDA device
+(`device.type == "cuda"`) where CUDA is missing ("needs cuda"). Each mutant's tests run with `-x`; a timeout (3
+times the unmutated run, plus 30 s) counts as killed. The exit status is 1 when the targets of issue 30
+(`BAR_TARGETS`) kill less than `BAR` of their judged mutants.
 
 Usage:
     python tools/mutate.py                       # 30 mutants of each target, seed 30
     python tools/mutate.py --only stats --only "step rule" --sample 60 --seed 1
     python tools/mutate.py --list                # the sampled mutants, nothing run
     python tools/mutate.py --id stats/_record.py:160:3 --show   # one mutant's diff (and --id ... to run it)
+    python tools/mutate.py --id stats/_record.py:160:1 --tests tests/stats/test_engine.py   # a quick check
 """
 
 from __future__ import annotations

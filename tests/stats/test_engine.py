@@ -277,3 +277,21 @@ def test_a_histogram_without_a_range_or_exponent_counts_over_zero_to_one() -> No
     one_group = torch.zeros(values.numel(), dtype=torch.int64)
     assert stats.segment_counts(values, finite, one_group, 1, 4)[0].tolist() == [*wanted, below, above]
     assert row_counts(values.float()[None], finite.float()[None], 4)[0].tolist() == [*wanted, below, above]
+
+
+@pytest.mark.parametrize("near_zero", [1e-3, 0.05, 0.5, 0.0, 2.0**-30, 1e-40])
+def test_the_float32_near_zero_threshold_is_the_largest_float32_at_most_it(near_zero: float) -> None:
+    threshold = stats.Spec(near_zero=near_zero).near_zero32
+    assert np.float32(threshold) == threshold <= near_zero
+    assert float(np.nextafter(np.float32(threshold), np.float32(np.inf))) > near_zero
+
+
+def test_accumulation_dtypes() -> None:
+    cpu, mps = torch.device("cpu"), torch.device("mps")
+    assert (stats.wide_dtype(cpu), stats.wide_dtype(mps)) == (torch.float64, torch.float32)  # no float64 on MPS
+    wanted = {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.float32: torch.float32}
+    wanted |= {torch.float64: torch.float64, torch.int64: torch.float64, torch.uint8: torch.float64}
+    assert {dtype: stats.accumulate_dtype(dtype, cpu) for dtype in wanted} == wanted
+    assert stats.accumulate_dtype(torch.int64, mps) == torch.float32
+    with pytest.raises(TypeError, match=r"must be real, got dtype torch.complex64; push x.abs\(\)"):
+        stats.accumulate_dtype(torch.complex64, cpu)

@@ -19,6 +19,7 @@ import torch
 
 from hookscope import stats
 from hookscope.stats._histogram import row_counts
+from hookscope.stats._sample import period_for
 from stats_oracle import auto_exponent, auto_histogram, auto_shares, expected, fixed_histogram, values_of
 
 
@@ -251,3 +252,25 @@ def test_the_count_of_a_sampled_tensor_with_many_nan_leaves_them_out() -> None:
     got = dict(zip(stats.STATISTICS, stats.finalize(record).tolist(), strict=True))
     assert got["count"] + got["nonfinite"] == x.numel()
     assert got["count"] == pytest.approx(wanted.count, abs=4 * x.numel() * math.sqrt(0.09 / 8192))
+
+
+def _primes_from(first: int, count: int) -> list[int]:
+    found: list[int] = []
+    candidate = first
+    while len(found) < count and candidate <= 3 * first:
+        if candidate > 1 and all(candidate % p for p in range(2, int(candidate**0.5) + 1)):
+            found.append(candidate)
+        candidate += 1
+    return found
+
+
+@pytest.mark.parametrize("n", [8192, 16_384, 94_235, 106_644, 1_000_003, 5 * 2**20])
+def test_the_sample_period_gives_the_largest_sample_among_its_candidates(n: int) -> None:
+    """`period_for` against its definition, by brute force: of the first 64 primes from max(11, n / size) to three
+    times that, the one whose evenly spread offsets give the most values without exceeding `size`."""
+    size = stats.SAMPLE_SIZE
+    candidates = _primes_from(max(11, math.ceil(n / size)), 64)
+    best = max((n // p) * min(p, size * p // n) for p in candidates)
+    period, offsets = period_for(n, size)
+    assert period in candidates and (n // period) * len(offsets) == best <= size
+    assert offsets == sorted(set(offsets)) and all(0 <= o < period for o in offsets)

@@ -171,9 +171,10 @@ def test_a_discarded_row_id_forgets_its_cells_and_what_waits_for_them() -> None:
     table.flush()
     small, large = torch.randn(stats.SMALL_BELOW - 1), torch.randn(stats.SMALL_BELOW)
     table.add(5, 0, torch.randn(5))
+    table.add(5, 0, torch.randn(stats.SMALL_BELOW))
     table.add(4, 0, small)
     table.add(4, 0, large)
-    assert table.pending_values == 5 + small.numel() + stats.SAMPLE_SIZE
+    assert table.pending_values == 5 + small.numel() + 2 * stats.SAMPLE_SIZE
     table.discard(5)
     assert table.pending_values == small.numel() + stats.SAMPLE_SIZE
     table.flush()
@@ -193,3 +194,48 @@ def test_a_table_allocated_on_another_device_writes_what_waits_then_moves_there(
         assert not table.is_pending and table.device == torch.device("meta")
         held = [table.records, table.hists] if isinstance(table, stats.RecordTable) else [table.norms]
         assert [t.device.type for t in held if t is not None] == ["meta"] * len(held)
+
+
+def test_reset_rows_are_empty_and_grown_tables_keep_their_rows() -> None:
+    table = stats.RecordTable(2, stats.Spec(), bins=4, saturation=[(0.0, 1.0), None])
+    table.allocate(2, torch.device("cpu"))
+    for row in range(2):
+        for key in range(2):
+            table.add(row, key, torch.rand(6) + row)
+    table.flush()
+    assert table.records is not None and table.hists is not None and table.exponents is not None
+    kept = [t[0].clone() for t in (table.records, table.hists, table.exponents)]
+    table.reset(torch.tensor([1]))
+    table.allocate(4, torch.device("cpu"))
+    assert table.records is not None and table.hists is not None and table.exponents is not None
+    for now, before in zip((table.records, table.hists, table.exponents), kept, strict=True):
+        torch.testing.assert_close(now[0], before, rtol=0, atol=0, equal_nan=True)  # row 0 as it was
+    empty = [[0.0, 0.0, 0.0, math.inf, -math.inf, 0.0, 0.0, saturated, 0.0] for saturated in (0.0, math.nan)]
+    for row in (1, 2, 3):  # reset, and new
+        torch.testing.assert_close(table.records[row], torch.tensor(empty, dtype=torch.float64), equal_nan=True)
+        assert not table.hists[row].any() and table.exponents[row].tolist() == [stats.EXPONENT_NONE] * 2
+
+
+def test_sampled_tensors_of_several_keys_keep_their_saturation_and_unit_activity_apart() -> None:
+    """Two sampled keys (a sigmoid's and a tanh's NCHW outputs): each key's saturated share within the sampling
+    error of the oracle's, and each channel's activity: dead channels exactly 0, always active ones exactly 1."""
+    z = torch.randn(16, 8, 24, 24) * 4.0
+    z[:, :2] = -50.0  # dead channels (a sigmoid's output is then tiny but > 0; a tanh's is -1)
+    z[:, 2:4] = 50.0  # always active
+    outputs = [torch.sigmoid(z) - 0.5, torch.tanh(z)]  # centred: active means above the middle of the range
+    bounds = [(-0.5, 0.5), (-1.0, 1.0)]
+    sampler = stats.Sampler(seed=5)
+    table = stats.RecordTable(2, stats.Spec(), saturation=bounds, sampler=sampler, unit_dim=lambda key, ndim: 1)
+    table.allocate(1, torch.device("cpu"))
+    for key, x in enumerate(outputs):
+        table.add(0, key, x)
+    activity = table.unit_activity()
+    assert table.records is not None
+    finalized = stats.finalize(table.records[0])
+    for key, x in enumerate(outputs):
+        wanted = expected(values_of(x), bounds=bounds[key])
+        saturated = float(finalized[key, stats.STATISTICS.index("saturated")])
+        assert abs(saturated - wanted.saturated) <= 3 * math.sqrt(0.25 / 7000)  # a share of a sample of 7000+
+        units = activity[key]
+        assert units is not None and units.shape == (8,)
+        assert (units[:2] == 0).all() and (units[2:4] == 1).all()
