@@ -239,3 +239,21 @@ def test_sampled_tensors_of_several_keys_keep_their_saturation_and_unit_activity
         units = activity[key]
         assert units is not None and units.shape == (8,)
         assert (units[:2] == 0).all() and (units[2:4] == 1).all()
+
+
+def test_tensors_of_16384_values_or_more_are_sampled_and_owned_copies_are_kept_as_they_are() -> None:
+    """README: outputs of 16384 values or more are described from a sample, smaller ones exactly; a float32 tensor
+    handed over as `owned` is described like a copy of it."""
+    table = stats.RecordTable(3, stats.Spec(), sampler=stats.Sampler())
+    table.allocate(1, torch.device("cpu"))
+    owned = torch.randn(50)
+    wanted = expected(values_of(owned))
+    table.add(0, 0, torch.randn(16_383))
+    table.add(0, 1, torch.randn(16_384))
+    table.add(0, 2, owned, owned=True)
+    table.flush()
+    assert table.records is not None
+    finalized = stats.finalize(table.records[0])
+    assert finalized[:, stats.STATISTICS.index("sampled")].tolist() == [0.0, 1.0, 0.0]
+    got = dict(zip(stats.STATISTICS, finalized[2].tolist(), strict=True))
+    assert close(got["mean"], wanted.mean, 3.0, 1e-7) and close(got["std"], wanted.std, 3.0, 1e-7)
