@@ -258,3 +258,14 @@ def test_tensors_of_16384_values_or_more_are_sampled_and_owned_copies_are_kept_a
     assert finalized[:, stats.STATISTICS.index("sampled")].tolist() == [0.0, 1.0, 0.0]
     got = dict(zip(stats.STATISTICS, finalized[2].tolist(), strict=True))
     assert close(got["mean"], wanted.mean, 3.0, 1e-7) and close(got["std"], wanted.std, 3.0, 1e-7)
+
+
+def test_an_empty_tensor_leaves_no_trace() -> None:
+    table = stats.RecordTable(1, stats.Spec(), bins=4, unit_dim=lambda key, ndim: ndim - 1)
+    table.allocate(1, torch.device("cpu"))
+    table.add(0, 0, torch.empty(0, 4))
+    assert not table.is_pending and table.pending_values == 0
+    assert table.unit_activity() == [None] and table.units.mismatch == 0
+    table.add(0, 0, torch.ones(2, 3))  # its first units: 3
+    activity = table.unit_activity()[0]
+    assert activity is not None and activity.tolist() == [1.0, 1.0, 1.0] and table.units.mismatch == 0
