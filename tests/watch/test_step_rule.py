@@ -421,3 +421,25 @@ def test_a_forward_returning_none_inside_an_except_block_completes() -> None:
         results.activations["a"]["mean"], expected.mean(dim=(1, 2)).double(), rtol=1e-5, atol=1e-6
     )
     assert not results.dropped.get("raised")
+
+
+def test_what_a_pre_hook_of_the_root_runs_belongs_to_the_forward_it_precedes() -> None:
+    """The frame of a root forward opens before the root's other pre-hooks, even those registered before the
+    watch: a submodule a user's pre-hook runs belongs to that forward, and is discarded with it when it raises."""
+    model = Retry()
+
+    def warm_up(module: nn.Module, args: tuple[torch.Tensor]) -> None:
+        module.a(args[0])  # a submodule run by a hook
+
+    model.register_forward_pre_hook(warm_up)
+    opt = frozen_sgd(model)
+    with watch(model, opt, select="a") as w:
+        inputs = train_with_retries(model, w, opt)
+    results = w.results()
+    with torch.no_grad():
+        expected = torch.stack([model.a(x) for x in inputs])
+    assert results.activations["a"]["count"].tolist() == [64.0, 64.0]  # the retry's 4 x 8 values, twice
+    torch.testing.assert_close(
+        results.activations["a"]["mean"], expected.mean(dim=(1, 2)).double(), rtol=1e-5, atol=1e-6
+    )
+    assert results.dropped["raised"] == 4  # two observations of "a" in each forward that raised
