@@ -443,3 +443,45 @@ def test_what_a_pre_hook_of_the_root_runs_belongs_to_the_forward_it_precedes() -
         results.activations["a"]["mean"], expected.mean(dim=(1, 2)).double(), rtol=1e-5, atol=1e-6
     )
     assert results.dropped["raised"] == 4  # two observations of "a" in each forward that raised
+
+
+class SelfTarget(nn.Module):
+    """Computes its own target by calling itself under `no_grad` inside its forward (a root forward in a root
+    forward, as self-distillation does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(3, 8), nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor, target_pass: bool = False) -> torch.Tensor:
+        if target_pass:
+            return self.b(self.a(x))
+        with torch.no_grad():
+            target = self(x * 100, target_pass=True)
+        return self.b(self.a(x)) - target
+
+
+def test_a_root_forward_inside_a_root_forward_follows_the_rule_on_its_own() -> None:
+    model = SelfTarget()
+    opt = frozen_sgd(model)
+    inputs = [torch.randn(4, 3) for _ in range(2)]
+    with watch(model, opt, select="a") as w:
+        for x in inputs:
+            model(x).pow(2).sum().backward()
+            opt.step()
+    results = w.results()
+    with torch.no_grad():
+        expected = torch.stack([model.a(x) for x in inputs])
+    assert results.activations["a"]["count"].tolist() == [32.0, 32.0]  # the training pass only
+    torch.testing.assert_close(results.activations["a"]["max"], expected.amax(dim=(1, 2)).double(), rtol=1e-5, atol=0)
+    assert results.dropped["no_grad"] == 2
+
+
+def test_the_step_rules_hooks_leave_with_their_owner() -> None:
+    model = mlp()
+    opt = frozen_sgd(model)
+    with watch(model, opt, select="0"):
+        model(torch.randn(2, 3))
+    with ActivationStats(modules=["0"]).attach(model):
+        model(torch.randn(2, 3))
+    assert not model._forward_pre_hooks and not model._forward_hooks

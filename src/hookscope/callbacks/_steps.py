@@ -138,6 +138,8 @@ class ForwardFrames:
         return stack[-1] if stack else None
 
     def _enter(self, module: nn.Module, args: Any) -> None:
+        # equivalent mutant `or -> and`: the condition is false whenever this hook runs (it sits on the root alone,
+        # placed after `_root` is set), so either operator gives false
         if self._root is None or module is not self._root():
             return
         stack: list[Frame] | None = getattr(self._local, "stack", None)
@@ -149,6 +151,7 @@ class ForwardFrames:
             self._on_enter(frame)
 
     def _leave(self, module: nn.Module, args: Any, output: Any) -> None:
+        # equivalent mutant `or -> and`: as in `_enter`
         if self._root is None or module is not self._root():
             return
         stack: list[Frame] | None = getattr(self._local, "stack", None)
