@@ -15,7 +15,7 @@ endif
 # An existing .venv is checked instead of PYTHON: it is the interpreter every target runs.
 CHECKED := $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
 
-.PHONY: demo test lint typecheck unit docs bench clean check-python
+.PHONY: demo test lint typecheck unit docs bench mutate clean check-python
 
 check-python:
 	@command -v $(CHECKED) >/dev/null 2>&1 || { echo "make: no interpreter '$(CHECKED)'; hookscope is tested on CPython $(PYTHON_VERSIONS): choose one with make PYTHON=python$(firstword $(PYTHON_VERSIONS))" >&2; exit 1; }
@@ -46,6 +46,11 @@ docs: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/overhead.py
+
+# A sampled mutation run (tools/mutate.py), on demand, never part of `make test`; options in MUTATE, for instance
+# `make mutate MUTATE='--only stats --only "step rule" --sample 80'`.
+mutate: $(STAMP)
+	$(BIN)/python tools/mutate.py $(MUTATE)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache hookscope-report build/site

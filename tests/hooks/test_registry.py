@@ -239,3 +239,34 @@ def test_handle_is_a_context_manager_and_reports_state() -> None:
         register_module_hook(lin, "sideways", _noop)
     with pytest.raises(ValueError, match="kind must be one of"):
         register_global_module_hook("backward_pre", _noop)
+
+
+def test_global_hooks_of_every_kind_are_listed_whoever_placed_them() -> None:
+    """torch's three global module hook dicts, filled directly (not through hookscope) and through hookscope."""
+    model = _model()
+
+    def global_rows() -> list[tuple[str, bool]]:
+        return sorted((r.kind, r.is_hookscope) for r in list_hooks(model) if r.path == "<global>")
+
+    before = global_rows()
+    foreign = [
+        torch.nn.modules.module.register_module_forward_pre_hook(_noop),
+        torch.nn.modules.module.register_module_forward_hook(_noop),
+        torch.nn.modules.module.register_module_full_backward_hook(_noop),
+    ]
+    try:
+        with scope():
+            register_global_module_hook("forward_pre", _noop)
+            added = global_rows()
+            for row in before:
+                added.remove(row)
+    finally:
+        for handle in foreign:
+            handle.remove()
+    assert added == [
+        ("global_backward", False),
+        ("global_forward", False),
+        ("global_forward_pre", False),
+        ("global_forward_pre", True),
+    ]
+    assert global_rows() == before

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hookscope import stats
+from hookscope.stats._histogram import row_counts
 from stats_oracle import Expected, auto_exponent, auto_histogram, close, expected, fixed_histogram, values_of
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -200,3 +201,97 @@ def test_one_nan_does_not_blind_the_statistics() -> None:
     values = dict(zip(stats.STATISTICS, stats.finalize(stats.describe(x, stats.Spec()).record).tolist(), strict=True))
     assert values["mean"] == 2.0 and values["min"] == 1.0 and values["nonfinite"] == 1 and values["count"] == 3
     assert values["std"] == pytest.approx(1.0)
+
+
+def test_finalized_statistics_turn_back_into_the_records_of_their_values() -> None:
+    """`from_statistics` (results saved finalized, merged across ranks) against records written by hand: 6 finite
+    values and 2 NaN, a quarter of the 8 estimated from a sample; the same with the sampled share unknown (NaN:
+    counted as exact); a module never observed (every statistic NaN) and one that saw 3 NaN only: empty records,
+    the second with its non-finite count."""
+    finite = np.array([1.0, 2.0, 3.0, 4.0, 6.0, 8.0])
+    row = {
+        "mean": finite.mean(),
+        "std": finite.std(ddof=1),
+        "rms": math.sqrt(np.mean(finite**2)),
+        "min": 1.0,
+        "max": 8.0,
+        "near_zero": 1 / 6,
+        "nonfinite": 2.0,
+        "saturated": 0.5,
+        "count": 6.0,
+        "sampled": 0.25,
+    }
+    unknown = dict(row, sampled=math.nan)
+    never = dict.fromkeys(stats.STATISTICS, math.nan)
+    only_nan = never | {"count": 0.0, "nonfinite": 3.0, "sampled": 1.0}
+    table = torch.tensor([[r[name] for name in stats.STATISTICS] for r in (row, unknown, never, only_nan)])
+    got = stats.from_statistics(table)
+    wanted = [6.0, finite.mean(), finite.std(ddof=0), 1.0, 8.0, 2.0, 1.0, 3.0, 2.0]  # the RECORD columns
+    assert got[0].tolist() == pytest.approx(wanted, rel=1e-12)
+    assert got[1].tolist() == pytest.approx([*wanted[:-1], 0.0], rel=1e-12)
+    assert got[2].tolist() == [0.0, 0.0, 0.0, math.inf, -math.inf, 0.0, 0.0, 0.0, 0.0]
+    assert got[3].tolist() == [0.0, 0.0, 0.0, math.inf, -math.inf, 3.0, 0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    "bounds", [(0.0,), (0.0, 1.0, 2.0), (1.0, 1.0), (2.0, 1.0), (0.0, math.inf), (math.nan, 1.0), ("0", 1.0), 5.0]
+)
+def test_a_fixed_histogram_range_must_be_two_finite_increasing_numbers(bounds: object) -> None:
+    with pytest.raises(ValueError, match=r"^hist_range must be a pair \(low, high\) of finite numbers with low < high"):
+        stats.check_range("hist_range", bounds)
+
+
+def test_a_fixed_histogram_range_is_read_as_two_floats() -> None:
+    for bounds, wanted in (((0, 1), (0.0, 1.0)), ([-2.5, 3], (-2.5, 3.0)), ((-1e300, 1e300), (-1e300, 1e300))):
+        got = stats.check_range("hist_range", bounds)
+        assert got == wanted and all(type(b) is float for b in got)
+    assert stats.check_range("hist_range", None) is None
+
+
+def test_the_smallest_subnormal_values_are_described() -> None:
+    """float64 values of at most 2**-1074 in magnitude: scaled by a power of two that is itself representable."""
+    x = torch.tensor([5e-324, -5e-324, 5e-324, 0.0], dtype=torch.float64)
+    got = dict(zip(stats.STATISTICS, stats.finalize(stats.describe(x, stats.Spec()).record).tolist(), strict=True))
+    assert got["min"] == -5e-324 and got["max"] == 5e-324 and got["count"] == 4
+    assert all(math.isfinite(got[name]) for name in ("mean", "std", "rms"))
+    check(stats.finalize(stats.describe(x, stats.Spec()).record), expected(values_of(x)))
+
+
+def test_automatic_edges_span_their_power_of_two_and_give_back_its_exponent() -> None:
+    for exponent in (-1021, -3, 0, 5, 1023):
+        edges = stats.auto_edges(exponent, 8)
+        assert edges.tolist() == (np.linspace(-1.0, 1.0, 9) * 2.0**exponent).tolist()
+        assert stats.exponent_of_edges(edges) == exponent
+    assert stats.auto_edges(stats.EXPONENT_NONE, 8).tolist() == np.linspace(-1.0, 1.0, 9).tolist()  # radius 1
+    largest = stats.auto_edges(1024, 8)  # 2**1024 is beyond float64: its end edges are shown as the largest float
+    assert largest[-1] == torch.finfo(torch.float64).max and stats.exponent_of_edges(largest) == 1024
+    assert stats.exponent_of_edges(stats.fixed_edges((0.0, 3.0), 4)) == stats.EXPONENT_NONE  # not a power of two
+
+
+def test_a_histogram_without_a_range_or_exponent_counts_over_zero_to_one() -> None:
+    """The kernels' default fixed range is [0, 1] (values outside counted below and above it)."""
+    values = torch.tensor([-0.5, 0.0, 0.3, 0.99, 1.0, 1.5, 2.5], dtype=torch.float64)
+    finite = torch.ones_like(values)
+    wanted, below, above = fixed_histogram(values.numpy(), 4, (0.0, 1.0))
+    assert stats.counts(values, finite, 4).tolist() == [*wanted, below, above]
+    one_group = torch.zeros(values.numel(), dtype=torch.int64)
+    assert stats.segment_counts(values, finite, one_group, 1, 4)[0].tolist() == [*wanted, below, above]
+    assert row_counts(values.float()[None], finite.float()[None], 4)[0].tolist() == [*wanted, below, above]
+
+
+@pytest.mark.parametrize("near_zero", [1e-3, 0.05, 0.5, 0.0, 2.0**-30, 1e-40])
+def test_the_float32_near_zero_threshold_is_the_largest_float32_at_most_it(near_zero: float) -> None:
+    threshold = stats.Spec(near_zero=near_zero).near_zero32
+    assert np.float32(threshold) == threshold <= near_zero
+    assert float(np.nextafter(np.float32(threshold), np.float32(np.inf))) > near_zero
+
+
+def test_accumulation_dtypes() -> None:
+    cpu, mps = torch.device("cpu"), torch.device("mps")
+    assert (stats.wide_dtype(cpu), stats.wide_dtype(mps)) == (torch.float64, torch.float32)  # no float64 on MPS
+    wanted = {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.float32: torch.float32}
+    wanted |= {torch.float64: torch.float64, torch.int64: torch.float64, torch.uint8: torch.float64}
+    assert {dtype: stats.accumulate_dtype(dtype, cpu) for dtype in wanted} == wanted
+    assert stats.accumulate_dtype(torch.int64, mps) == torch.float32
+    with pytest.raises(TypeError, match=r"must be real, got dtype torch.complex64; push x.abs\(\)"):
+        stats.accumulate_dtype(torch.complex64, cpu)

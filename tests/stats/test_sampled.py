@@ -18,7 +18,9 @@ import pytest
 import torch
 
 from hookscope import stats
-from stats_oracle import auto_exponent, auto_shares, expected, values_of
+from hookscope.stats._histogram import row_counts
+from hookscope.stats._sample import period_for
+from stats_oracle import auto_exponent, auto_histogram, auto_shares, expected, fixed_histogram, values_of
 
 
 def _nchw_offsets() -> torch.Tensor:
@@ -161,3 +163,114 @@ def test_sampling_leaves_the_users_random_stream_alone() -> None:
     after_input = torch.get_rng_state()
     stats.describe_large(x, stats.Spec(), stats.Sampler())
     assert torch.equal(torch.get_rng_state(), after_input)  # ... the sampler did not
+
+
+def _norm_cases(nan_share: float) -> list[torch.Tensor]:
+    """Large tensors whose norm is estimated from a sample: `nan_share` of the values NaN, and values whose float32
+    sum of squares overflows (no non-finite value)."""
+    with_nan = torch.randn(300_000)
+    with_nan[torch.rand(300_000) < nan_share] = math.nan
+    return [with_nan, torch.randn(200_000) * 1e20]
+
+
+def _check_norm(record: list[float], x: torch.Tensor) -> None:
+    """A sampled norm record against the oracle: the norm of the finite values within 5 % (a sum of squares of
+    8192 normal values has a standard error of 1.6 %), the non-finite count within 40 % (about 80 NaN sampled: a
+    standard error of 11 %), the count exact."""
+    norm, nonfinite, count, _ = record
+    wanted = expected(values_of(x))
+    assert norm == pytest.approx(wanted.norm, rel=0.05)
+    assert nonfinite == pytest.approx(wanted.nonfinite, rel=0.4, abs=0.0)
+    assert count == x.numel()
+
+
+def test_norms_estimated_from_a_sample_match_the_oracle() -> None:
+    for x in _norm_cases(0.01):
+        _check_norm(stats.norm_of(x, stats.Sampler(seed=2)).tolist(), x)
+
+
+def test_norm_table_cells_of_sampled_tensors_match_the_oracle() -> None:
+    cases = _norm_cases(0.01)
+    table = stats.NormTable(len(cases), stats.Sampler(seed=2))
+    table.allocate(1, torch.device("cpu"))
+    for key, x in enumerate(cases):
+        table.add(0, key, x)
+    table.flush()
+    assert table.norms is not None
+    for key, x in enumerate(cases):
+        _check_norm(table.norms[0, key].tolist(), x)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="estimate_norms scales the sample's norm by sqrt(n / kept), the norm of n values like the finite ones; "
+    "the norm of the finite values (NORM's definition, the exact path's) is sqrt(n / seen) times it: 5 % too high "
+    "here, negligible for a few NaN (found by this test, issue 30; remove the mark with the fix)",
+)
+def test_the_sampled_norm_of_a_tensor_with_many_nan_is_the_norm_of_its_finite_values() -> None:
+    x = _norm_cases(0.1)[0]
+    norm = float(stats.norm_of(x, stats.Sampler(seed=2))[0])
+    assert norm == pytest.approx(expected(values_of(x)).norm, rel=0.03)
+
+
+def test_row_histograms_of_samples_match_the_oracle() -> None:
+    """`row_counts` (the histograms of sampled tensors, one row each) against the oracle row by row: rows of their
+    own ranges (or a fixed one, counting what falls outside), non-finite values and padding left out."""
+    values = torch.randn(3, 50) * torch.tensor([[1e-3], [1.0], [300.0]])
+    values[0, :3] = torch.tensor([math.nan, math.inf, -math.inf])
+    finite = torch.isfinite(values).float()
+    finite[2, -5:] = 0.0  # padding: not part of the sample
+    kept = [values[row][finite[row] > 0].double().numpy() for row in range(3)]
+    bins, bounds = 8, (-1.0, 1.0)
+    exponents = [auto_exponent(v) for v in kept]
+    automatic = row_counts(values, finite, bins, torch.tensor(exponents))
+    fixed = row_counts(values, finite, bins, None, bounds)
+    for row, wanted in enumerate(kept):
+        assert automatic[row].tolist() == [*auto_histogram(wanted, bins, exponents[row]), 0.0, 0.0]
+        counts, below, above = fixed_histogram(wanted, bins, bounds)
+        assert fixed[row].tolist() == [*counts, below, above]
+
+
+@pytest.mark.parametrize("bounds", [(0.0, 1.0), (-1.0, 1.0)])
+def test_the_saturated_share_of_a_sampled_tensor_is_within_the_bounds(bounds: tuple[float, float]) -> None:
+    """A sigmoid's and a tanh's outputs (a quarter of them within 1 % of the range from a bound), from a sample."""
+    z = torch.randn(64, 4096) * 4.0
+    x = torch.sigmoid(z) if bounds == (0.0, 1.0) else torch.tanh(z / 2)
+    wanted = expected(values_of(x), bounds=bounds)
+    described = stats.describe_large(x, stats.Spec(bounds=bounds), stats.Sampler(seed=4))
+    got = dict(zip(stats.STATISTICS, stats.finalize(described.record).tolist(), strict=True))
+    assert 0.1 < wanted.saturated < 0.5
+    assert abs(got["saturated"] - wanted.saturated) <= _bound(np.array(wanted.saturated), described.values.numel())
+
+
+def test_the_count_of_a_sampled_tensor_with_many_nan_leaves_them_out() -> None:
+    """A tenth of the values NaN: the count of finite values and the non-finite count are estimated (within 4
+    standard errors of a share of 0.1 in 8192 values) and add up to the number of values."""
+    x = _norm_cases(0.1)[0]
+    wanted = expected(values_of(x))
+    record = stats.describe_large(x, stats.Spec(), stats.Sampler()).record
+    got = dict(zip(stats.STATISTICS, stats.finalize(record).tolist(), strict=True))
+    assert got["count"] + got["nonfinite"] == x.numel()
+    assert got["count"] == pytest.approx(wanted.count, abs=4 * x.numel() * math.sqrt(0.09 / 8192))
+
+
+def _primes_from(first: int, count: int) -> list[int]:
+    found: list[int] = []
+    candidate = first
+    while len(found) < count and candidate <= 3 * first:
+        if candidate > 1 and all(candidate % p for p in range(2, int(candidate**0.5) + 1)):
+            found.append(candidate)
+        candidate += 1
+    return found
+
+
+@pytest.mark.parametrize("n", [8192, 16_384, 94_235, 106_644, 1_000_003, 5 * 2**20])
+def test_the_sample_period_gives_the_largest_sample_among_its_candidates(n: int) -> None:
+    """`period_for` against its definition, by brute force: of the first 64 primes from max(11, n / size) to three
+    times that, the one whose evenly spread offsets give the most values without exceeding `size`."""
+    size = stats.SAMPLE_SIZE
+    candidates = _primes_from(max(11, math.ceil(n / size)), 64)
+    best = max((n // p) * min(p, size * p // n) for p in candidates)
+    period, offsets = period_for(n, size)
+    assert period in candidates and (n // period) * len(offsets) == best <= size
+    assert offsets == sorted(set(offsets)) and all(0 <= o < period for o in offsets)

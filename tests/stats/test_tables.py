@@ -6,7 +6,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 import torch
+import torch.nn as nn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -116,3 +118,154 @@ def test_fixed_range_histograms_count_what_falls_outside() -> None:
     table.flush()
     assert table.hists is not None
     assert table.hists[0, 0].tolist() == [1.0, 40_000.0, 1.0, 1.0, 1.0, 1.0]  # 4 bins, below, above
+
+
+def test_units_are_the_channels_of_4d_5d_and_channel_first_layers_else_the_last_dim() -> None:
+    """`unit_dims` against the rule its module states, case by case: (module, ndim) -> (unit dim, dims reduced)."""
+    cases = [
+        (nn.Linear(2, 2), 1, None),
+        (nn.Linear(2, 2), 2, (1, (0,))),
+        (nn.Linear(2, 2), 3, (2, (0, 1))),  # (B, T, C): the features
+        (None, 3, (2, (0, 1))),
+        (None, 4, (1, (0, 2, 3))),
+        (None, 5, (1, (0, 2, 3, 4))),
+        (nn.Conv1d(2, 2, 1), 3, (1, (0, 2))),
+        (nn.BatchNorm1d(2), 3, (1, (0, 2))),
+        (nn.GroupNorm(1, 2), 3, (1, (0, 2))),
+        (nn.LayerNorm(2), 3, (2, (0, 1))),
+    ]
+    for module, ndim, wanted in cases:
+        assert stats.unit_dims(module, ndim) == wanted, (module, ndim)
+
+
+def test_unit_counts_saved_and_loaded_go_on_where_they_were() -> None:
+    cpu = torch.device("cpu")
+    units = stats.UnitCounts(3)
+    first, third = units.slot(0, 4, cpu), units.slot(2, 2, cpu)  # key 1 is never observed
+    assert first is not None and third is not None
+    positions = torch.tensor([first, first + 1, first + 2, first + 3, third, third + 1])
+    active = torch.tensor([1.0, 0.0, 2.0, 3.0, 1.0, 0.0], dtype=torch.float64)
+    units.add(positions, active, torch.tensor([2.0, 2.0, 2.0, 4.0, 1.0, 1.0], dtype=torch.float64))
+    loaded = stats.UnitCounts(3)
+    loaded.load(units.state(), cpu)
+    fractions = loaded.fractions()
+    assert fractions[1] is None
+    assert fractions[0] is not None and fractions[0].tolist() == [0.5, 0.0, 1.0, 0.75]
+    assert fractions[2] is not None and fractions[2].tolist() == [1.0, 0.0]
+    start = loaded.slot(2, 2, cpu)
+    assert start is not None
+    loaded.add(torch.tensor([start, start + 1]), torch.tensor([0.0, 3.0], dtype=torch.float64), 3.0)
+    after = loaded.fractions()[2]
+    assert after is not None and after.tolist() == [0.25, 0.75]  # (1 + 0) / (1 + 3), (0 + 3) / (1 + 3)
+    assert loaded.mismatch == 0
+
+
+def test_a_discarded_row_id_forgets_its_cells_and_what_waits_for_them() -> None:
+    """Row ids wrap around the rows (a ring of steps): `discard(5)` of a 3-row table empties row 2 and what waits
+    for row id 5 and leaves the other rows alone. `pending_values` counts the values waiting: copies of tensors
+    below `SMALL_BELOW` values, the sample of larger ones."""
+    table = stats.NormTable(1, stats.Sampler(seed=0))
+    table.allocate(3, torch.device("cpu"))
+    assert table.pending_values == 0
+    table.add(5, 0, torch.randn(10))
+    table.flush()
+    small, large = torch.randn(stats.SMALL_BELOW - 1), torch.randn(stats.SMALL_BELOW)
+    table.add(5, 0, torch.randn(5))
+    table.add(5, 0, torch.randn(stats.SMALL_BELOW))
+    table.add(4, 0, small)
+    table.add(4, 0, large)
+    assert table.pending_values == 5 + small.numel() + 2 * stats.SAMPLE_SIZE
+    table.discard(5)
+    assert table.pending_values == small.numel() + stats.SAMPLE_SIZE
+    table.flush()
+    assert table.pending_values == 0 and table.norms is not None
+    wanted = expected(values_of(small, large)).norm
+    assert table.norms[:, 0, 0].tolist() == pytest.approx([0.0, wanted, 0.0], rel=1e-6)
+    assert table.norms[1, 0, 2] == small.numel() + large.numel()
+
+
+def test_a_table_allocated_on_another_device_writes_what_waits_then_moves_there() -> None:
+    """The "meta" device stands for a second device on a machine without one: only where tensors live is read."""
+    for table in (stats.RecordTable(1, stats.Spec(), bins=4), stats.NormTable(1)):
+        table.allocate(2, torch.device("cpu"))
+        table.add(0, 0, torch.randn(5))
+        assert table.is_pending
+        table.allocate(2, torch.device("meta"))
+        assert not table.is_pending and table.device == torch.device("meta")
+        held = [table.records, table.hists] if isinstance(table, stats.RecordTable) else [table.norms]
+        assert [t.device.type for t in held if t is not None] == ["meta"] * len(held)
+
+
+def test_reset_rows_are_empty_and_grown_tables_keep_their_rows() -> None:
+    table = stats.RecordTable(2, stats.Spec(), bins=4, saturation=[(0.0, 1.0), None])
+    table.allocate(2, torch.device("cpu"))
+    for row in range(2):
+        for key in range(2):
+            table.add(row, key, torch.rand(6) + row)
+    table.flush()
+    assert table.records is not None and table.hists is not None and table.exponents is not None
+    kept = [t[0].clone() for t in (table.records, table.hists, table.exponents)]
+    table.reset(torch.tensor([1]))
+    table.allocate(4, torch.device("cpu"))
+    assert table.records is not None and table.hists is not None and table.exponents is not None
+    for now, before in zip((table.records, table.hists, table.exponents), kept, strict=True):
+        torch.testing.assert_close(now[0], before, rtol=0, atol=0, equal_nan=True)  # row 0 as it was
+    empty = [[0.0, 0.0, 0.0, math.inf, -math.inf, 0.0, 0.0, saturated, 0.0] for saturated in (0.0, math.nan)]
+    for row in (1, 2, 3):  # reset, and new
+        torch.testing.assert_close(table.records[row], torch.tensor(empty, dtype=torch.float64), equal_nan=True)
+        assert not table.hists[row].any() and table.exponents[row].tolist() == [stats.EXPONENT_NONE] * 2
+
+
+def test_sampled_tensors_of_several_keys_keep_their_saturation_and_unit_activity_apart() -> None:
+    """Two sampled keys, a sigmoid's and a tanh's NCHW outputs: each key's saturated share within the sampling
+    error of the oracle's, and each channel's activity exact where it is certain: the sigmoid's always active, the
+    tanh's dead channels 0 and always active ones 1."""
+    z = torch.randn(16, 8, 24, 24) * 4.0
+    z[:, :2] = -50.0
+    z[:, 2:4] = 50.0
+    outputs = [torch.sigmoid(z), torch.tanh(z)]
+    bounds = [(0.0, 1.0), (-1.0, 1.0)]
+    sampler = stats.Sampler(seed=5)
+    table = stats.RecordTable(2, stats.Spec(), saturation=bounds, sampler=sampler, unit_dim=lambda key, ndim: 1)
+    table.allocate(1, torch.device("cpu"))
+    for key, x in enumerate(outputs):
+        table.add(0, key, x)
+    sigmoid, tanh = table.unit_activity()
+    assert table.records is not None
+    finalized = stats.finalize(table.records[0])
+    for key, x in enumerate(outputs):
+        wanted = expected(values_of(x), bounds=bounds[key])
+        saturated = float(finalized[key, stats.STATISTICS.index("saturated")])
+        assert 0.3 < wanted.saturated < 0.8
+        assert abs(saturated - wanted.saturated) <= 3 * math.sqrt(0.25 / 7000)  # a share of a sample of 7000+
+    assert sigmoid is not None and sigmoid.tolist() == [1.0] * 8
+    assert tanh is not None and (tanh[:2] == 0).all() and (tanh[2:4] == 1).all()
+
+
+def test_tensors_of_16384_values_or_more_are_sampled_and_owned_copies_are_kept_as_they_are() -> None:
+    """README: outputs of 16384 values or more are described from a sample, smaller ones exactly; a float32 tensor
+    handed over as `owned` is described like a copy of it."""
+    table = stats.RecordTable(3, stats.Spec(), sampler=stats.Sampler())
+    table.allocate(1, torch.device("cpu"))
+    owned = torch.randn(50)
+    wanted = expected(values_of(owned))
+    table.add(0, 0, torch.randn(16_383))
+    table.add(0, 1, torch.randn(16_384))
+    table.add(0, 2, owned, owned=True)
+    table.flush()
+    assert table.records is not None
+    finalized = stats.finalize(table.records[0])
+    assert finalized[:, stats.STATISTICS.index("sampled")].tolist() == [0.0, 1.0, 0.0]
+    got = dict(zip(stats.STATISTICS, finalized[2].tolist(), strict=True))
+    assert close(got["mean"], wanted.mean, 3.0, 1e-7) and close(got["std"], wanted.std, 3.0, 1e-7)
+
+
+def test_an_empty_tensor_leaves_no_trace() -> None:
+    table = stats.RecordTable(1, stats.Spec(), bins=4, unit_dim=lambda key, ndim: ndim - 1)
+    table.allocate(1, torch.device("cpu"))
+    table.add(0, 0, torch.empty(0, 4))
+    assert not table.is_pending and table.pending_values == 0
+    assert table.unit_activity() == [None] and table.units.mismatch == 0
+    table.add(0, 0, torch.ones(2, 3))  # its first units: 3
+    activity = table.unit_activity()[0]
+    assert activity is not None and activity.tolist() == [1.0, 1.0, 1.0] and table.units.mismatch == 0

@@ -15,6 +15,7 @@ import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
 from hookscope.callbacks import ActivationStats
+from hookscope.callbacks._steps import uncounted
 from hookscope.watch import watch
 
 
@@ -365,3 +366,122 @@ def test_an_optimizer_over_single_small_tensors_trains_as_without_watch(case: st
         assert torch.equal(mine, theirs)
     last = list(results.update_ratios)[-1]
     assert results.update_ratios[last].tolist() == pytest.approx(expected, rel=1e-4)
+
+
+def test_uncounted_names_why_a_forward_is_not_part_of_a_step() -> None:
+    """The rule itself, case by case; `train_only` is on unless turned off (ActivationStats relies on it)."""
+    model = nn.Linear(2, 2)
+    seen_in_backward: list[str | None] = []
+    assert uncounted(model) is None
+    with torch.no_grad():
+        assert uncounted(model) == "no_grad"
+    with torch.inference_mode():
+        assert uncounted(model) == "inference_mode"
+    model.eval()
+    assert uncounted(model) == "eval"
+    assert uncounted(model, train_only=False) is None
+    model.train()
+    x = torch.ones(2, requires_grad=True)
+    x.register_hook(lambda grad: seen_in_backward.append(uncounted(model, train_only=False)))
+    x.sum().backward()
+    assert seen_in_backward == ["recompute"]
+
+
+class Inplace(nn.Module):
+    """A model whose forward returns nothing: it keeps its output in `last` (a forward hook then sees `None`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(3, 8)
+        self.last = torch.zeros(())
+
+    def forward(self, x: torch.Tensor) -> None:
+        self.last = self.a(x)
+
+
+def test_a_forward_returning_none_inside_an_except_block_completes() -> None:
+    """The exception being handled when a root forward starts is not the forward's own: a forward that returns
+    `None` inside `except` (a retry) has completed and is recorded."""
+    model = Inplace()
+    opt = frozen_sgd(model)
+    inputs = [torch.randn(4, 3) for _ in range(2)]
+    with watch(model, opt, select="a") as w:
+        for x in inputs:
+            try:
+                raise RuntimeError("out of memory (planted)")
+            except RuntimeError:
+                model(x)
+                model.last.sum().backward()
+            opt.step()
+    results = w.results()
+    with torch.no_grad():
+        expected = torch.stack([model.a(x) for x in inputs])
+    assert results.activations["a"]["count"].tolist() == [32.0, 32.0]
+    torch.testing.assert_close(
+        results.activations["a"]["mean"], expected.mean(dim=(1, 2)).double(), rtol=1e-5, atol=1e-6
+    )
+    assert not results.dropped.get("raised")
+
+
+def test_what_a_pre_hook_of_the_root_runs_belongs_to_the_forward_it_precedes() -> None:
+    """The frame of a root forward opens before the root's other pre-hooks, even those registered before the
+    watch: a submodule a user's pre-hook runs belongs to that forward, and is discarded with it when it raises."""
+    model = Retry()
+
+    def warm_up(module: nn.Module, args: tuple[torch.Tensor]) -> None:
+        module.a(args[0])  # a submodule run by a hook
+
+    model.register_forward_pre_hook(warm_up)
+    opt = frozen_sgd(model)
+    with watch(model, opt, select="a") as w:
+        inputs = train_with_retries(model, w, opt)
+    results = w.results()
+    with torch.no_grad():
+        expected = torch.stack([model.a(x) for x in inputs])
+    assert results.activations["a"]["count"].tolist() == [64.0, 64.0]  # the retry's 4 x 8 values, twice
+    torch.testing.assert_close(
+        results.activations["a"]["mean"], expected.mean(dim=(1, 2)).double(), rtol=1e-5, atol=1e-6
+    )
+    assert results.dropped["raised"] == 4  # two observations of "a" in each forward that raised
+
+
+class SelfTarget(nn.Module):
+    """Computes its own target by calling itself under `no_grad` inside its forward (a root forward in a root
+    forward, as self-distillation does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(3, 8), nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor, target_pass: bool = False) -> torch.Tensor:
+        if target_pass:
+            return self.b(self.a(x))
+        with torch.no_grad():
+            target = self(x * 100, target_pass=True)
+        return self.b(self.a(x)) - target
+
+
+def test_a_root_forward_inside_a_root_forward_follows_the_rule_on_its_own() -> None:
+    model = SelfTarget()
+    opt = frozen_sgd(model)
+    inputs = [torch.randn(4, 3) for _ in range(2)]
+    with watch(model, opt, select="a") as w:
+        for x in inputs:
+            model(x).pow(2).sum().backward()
+            opt.step()
+    results = w.results()
+    with torch.no_grad():
+        expected = torch.stack([model.a(x) for x in inputs])
+    assert results.activations["a"]["count"].tolist() == [32.0, 32.0]  # the training pass only
+    torch.testing.assert_close(results.activations["a"]["max"], expected.amax(dim=(1, 2)).double(), rtol=1e-5, atol=0)
+    assert results.dropped["no_grad"] == 2
+
+
+def test_the_step_rules_hooks_leave_with_their_owner() -> None:
+    model = mlp()
+    opt = frozen_sgd(model)
+    with watch(model, opt, select="0"):
+        model(torch.randn(2, 3))
+    with ActivationStats(modules=["0"]).attach(model):
+        model(torch.randn(2, 3))
+    assert not model._forward_pre_hooks and not model._forward_hooks

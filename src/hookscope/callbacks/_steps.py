@@ -139,6 +139,8 @@ class ForwardFrames:
         return stack[-1] if stack else None
 
     def _enter(self, module: nn.Module, args: Any) -> None:
+        # equivalent mutant `or -> and`: the condition is false whenever this hook runs (it sits on the root alone,
+        # placed after `_root` is set), so either operator gives false
         if self._root is None or module is not self._root():
             return
         stack: list[Frame] | None = getattr(self._local, "stack", None)
@@ -150,11 +152,14 @@ class ForwardFrames:
             self._on_enter(frame)
 
     def _leave(self, module: nn.Module, args: Any, output: Any) -> None:
+        # equivalent mutant `or -> and`: as in `_enter`
         if self._root is None or module is not self._root():
             return
         stack: list[Frame] | None = getattr(self._local, "stack", None)
         if not stack:  # registered during this very call
             return
         frame = stack.pop()
+        # equivalent mutant `1 -> 2` (occurrence 1): `sys.exc_info()` is all None or all set, so [2] is None when [1] is
+        # equivalent mutant `1 -> 0` (occurrence 1): as above, for [0]
         raised = output is None and sys.exc_info()[1] is not None and sys.exc_info()[1] is not frame._outer
         self._on_exit(frame, not raised)

@@ -41,6 +41,8 @@ __all__ = [
     "widest_exponent",
 ]
 
+# equivalent mutant `1100 -> 1099`: any value below EXPONENT_MIN does (neutral in a max, only read with `<=`)
+# equivalent mutant `1100 -> 1101`: as above
 EXPONENT_NONE = -1100
 """The exponent of a histogram with no non-zero finite value (its values all sit in the middle bin)."""
 EXPONENT_MIN = -1021
@@ -175,6 +177,7 @@ def row_counts(
 
     The automatic range is binned in float32 (`floor(x * bins / 2**(e + 1)) + bins / 2`, one rounding): a sample
     is an estimate, and only a value within a float32 rounding of an edge can land in the neighbouring bin."""
+    # equivalent mutant `3 -> 4`: any width above the largest code (bins + 2) keeps the rows' columns apart
     rows, width = values.shape[0], bins + 3  # the bins, below and above a fixed range, and not counted
     if exponents is None:
         code = _codes(values.double(), finite, bins, None, bounds).clamp_(max=bins + 2)

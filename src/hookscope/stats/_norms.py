@@ -125,5 +125,6 @@ def combine_norm_segments(norms: torch.Tensor, segment: torch.Tensor, groups: in
 def ratio_of_norms(update: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """The update-to-weight ratio ||dW|| / ||W|| elementwise: 0 where both are 0, inf where only ||W|| is."""
     zero = torch.zeros_like(update)
+    # equivalent mutant `0 -> -1`: norms are >= 0 (or NaN) and `update / safe` is only read where weight > 0
     safe = torch.where(weight > 0, weight, torch.ones_like(weight))
     return torch.where(weight > 0, update / safe, torch.where(update > 0, zero + math.inf, zero))

@@ -166,6 +166,7 @@ class RecordTable(PendingTable):
         else:
             exponents = exponent_of(_largest(record))
             hist = segment_counts(values, finite, segments.segment, segments.groups, bins, exponents)
+        # equivalent mutant `* -> /`: no caller passes `weight` (the sampled path weights its histograms itself)
         return [hist if weight is None else hist * weight[:, None], exponents[:, None].double()]
 
     def _describe_small(self, values: torch.Tensor, layout: _SmallLayout) -> torch.Tensor:
@@ -225,6 +226,7 @@ class RecordTable(PendingTable):
         """Empty the cells of `rows` (an int64 tensor of rows, on the table's device): one call per table."""
         if self.records is not None:
             self.records.index_copy_(0, rows, self._empty_row(self.records.device).expand(len(rows), -1, -1))
+        # equivalent mutant `and -> or`: hists and exponents are None together or set together (`_grow`, `_move`)
         if self.hists is not None and self.exponents is not None:
             self.hists.index_fill_(0, rows, 0.0)
             self.exponents.index_fill_(0, rows, EXPONENT_NONE)

@@ -37,6 +37,7 @@ class Workspace:
     def buffer(self, name: str, rows: int, width: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         """A (rows, width) buffer `name` (as `get`)."""
         buffer = self._buffers.get((name, dtype))
+        # equivalent mutant `< -> <=`: a buffer of exactly `rows` rows is then made afresh instead of reused
         if buffer is None or buffer.device != device or buffer.shape[1] != width or buffer.shape[0] < rows:
             buffer = torch.empty(max(rows, SAMPLE_BLOCK), width, dtype=dtype, device=device)
             self._buffers[(name, dtype)] = buffer

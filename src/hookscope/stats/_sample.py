@@ -55,6 +55,7 @@ class Sampler:
         key = (n, device)
         found = self._combs.get(key)
         if found is None:
+            # equivalent mutant `256 -> 257`: the cache's bound (positions are rebuilt the same after a clear)
             if len(self._combs) >= 256:
                 self._combs.clear()
             period, offsets = period_for(n, self.size)

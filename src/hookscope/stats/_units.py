@@ -130,7 +130,10 @@ class UnitCounts:
         """Replace everything by what `state` returned."""
         self.active, self.seen, self.slots = None, None, [None] * self.keys
         for key, found in enumerate(counts):
+            # equivalent mutant `-x -> x`: `found` is (2, units) as `state` returns it, so shape[1] is shape[-1]
             start = None if found is None else self.slot(key, found.shape[-1], device)
             if found is not None and start is not None and self.active is not None and self.seen is not None:
+                # equivalent mutant `-x -> x`: as above (shape[1] is shape[-1])
                 self.active[start : start + found.shape[-1]] = found[0].to(self.active)
+                # equivalent mutant `-x -> x`: as above
                 self.seen[start : start + found.shape[-1]] = found[1].to(self.seen)
