@@ -53,7 +53,12 @@ TARGETS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "stats": (("src/hookscope/stats",), ("tests/stats",)),
     "step rule": (("src/hookscope/callbacks/_steps.py",), ("tests/watch/test_step_rule.py",)),
     "watch recorder": (
-        ("src/hookscope/watch/_recorder.py", "src/hookscope/watch/_step.py", "src/hookscope/watch/_stepping.py"),
+        (
+            "src/hookscope/watch/_recorder.py",
+            "src/hookscope/watch/_step.py",
+            "src/hookscope/watch/_stepper.py",
+            "src/hookscope/watch/_budget.py",
+        ),
         ("tests/watch",),
     ),
 }
