@@ -163,6 +163,7 @@ SUBPACKAGES = (
     "reducers",
     "report",
     "stats",
+    "steer",
     "summary",
     "watch",
     "weights",

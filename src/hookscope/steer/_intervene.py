@@ -159,9 +159,9 @@ def module_width(module: nn.Module, at: str) -> int | None:
         return None if at == "input" else module.embedding_dim
     if isinstance(module, nn.LayerNorm) and module.normalized_shape:
         return int(module.normalized_shape[-1])
-    if type(module).__name__ == "Conv1D" and isinstance(getattr(module, "weight", None), torch.Tensor):
-        rows, columns = module.weight.shape  # HF GPT-2's Conv1D: weight [in, out]
-        return int(rows if at == "input" else columns)
+    weight = getattr(module, "weight", None)
+    if type(module).__name__ == "Conv1D" and isinstance(weight, torch.Tensor) and weight.dim() == 2:
+        return int(weight.shape[0] if at == "input" else weight.shape[1])  # HF GPT-2's Conv1D: weight [in, out]
     return None
 
 

@@ -102,7 +102,7 @@ class Intervention:
         heads = [self.heads] if isinstance(self.heads, int) else list(self.heads)
         if any(not -n_heads <= head < n_heads for head in heads):
             raise ValueError(f"heads must be in [0, {n_heads}) at {where}, got {self.heads!r}")
-        return value.unflatten(-1, (n_heads, value.shape[-1] // n_heads))
+        return value.view(*value.shape[:-1], n_heads, value.shape[-1] // n_heads)
 
     def _position_index(self, value: torch.Tensor, where: str) -> tuple[Any, ...]:
         last = value.dim() - (2 if self.heads is not None else 1)
@@ -133,10 +133,10 @@ class Intervention:
     def _checked_edit(self, region: torch.Tensor, where: str) -> torch.Tensor:
         for name in self.tensors:
             tensor = getattr(self, name)
-            try:
-                fits = torch.broadcast_shapes(tensor.shape, region.shape) == region.shape
-            except RuntimeError:
-                fits = False
+            fits = tensor.dim() <= region.dim() and all(
+                size in (1, wanted)
+                for size, wanted in zip(reversed(tensor.shape), reversed(region.shape), strict=False)
+            )
             if not fits:
                 raise ValueError(
                     f"{type(self).__name__}.{name} of shape {tuple(tensor.shape)} does not fit {where}: the region "
@@ -306,7 +306,7 @@ class Project(Intervention):
     def _edit(self, region: torch.Tensor, where: str) -> torch.Tensor:
         unit = self.direction.to(region)
         unit = unit / unit.norm()
-        along = (region @ unit).unsqueeze(-1) * unit
+        along: torch.Tensor = (region @ unit).unsqueeze(-1) * unit
         return along if self.keep == "on" else region - along
 
 

@@ -53,20 +53,20 @@ class _Cells:
 
 
 def _sweep(name: str, value: Sweep, size: int | None, what: str) -> list[int] | None:
-    """`None`, `"each"` (every index up to `size`) or a list of ints, as a list (or `None`)."""
+    """`None`, `"each"` (every index up to `size`) or a list of ints, as a list of indices in `[0, size)`."""
     if value is None:
         return None
     if value == "each":
         if size is None:
             raise ValueError(f"{name}='each' needs {what}, got None")
         return list(range(size))
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value:
+    items = [] if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) else list(value)
+    if not items or any(isinstance(v, bool) or not isinstance(v, int) for v in items):
         raise TypeError(f"{name} must be None, 'each' or a non-empty list of ints, got {value!r}")
-    if any(isinstance(v, bool) or not isinstance(v, int) for v in value):
-        raise TypeError(f"{name} must be None, 'each' or a non-empty list of ints, got {value!r}")
-    if size is not None and any(not -size <= v < size for v in value):
+    indices = [v for v in items if isinstance(v, int)]
+    if size is not None and any(not -size <= v < size for v in indices):
         raise ValueError(f"{name} must be in [-{size}, {size}) ({what}), got {value!r}")
-    return [v % size if size else v for v in value]
+    return [v % size if size else v for v in indices]
 
 
 def _scalar(metric: Metric, output: Any) -> torch.Tensor:
@@ -134,8 +134,8 @@ def _setup(
                 "one; patching needs the same shape (pad both inputs to the same length)"
             )
     seq = _sequence_length(paths, clean_values, positions)
-    cells = _Cells(_sweep("positions", positions, seq, "the sequence length"), _sweep("heads", heads, n_heads, "n_heads"),
-                   n_heads, seq)  # fmt: skip
+    swept_positions = _sweep("positions", positions, seq, "the sequence length")
+    cells = _Cells(swept_positions, _sweep("heads", heads, n_heads, "n_heads"), n_heads, seq)
     if heads is not None:
         _check_heads_fit(paths, clean_values, int(n_heads or 1))
     setup = _Setup(paths, modules, clean_values, corrupted_values, cells, batch, _scalar(metric, clean_out).detach())
@@ -186,7 +186,7 @@ def _check_heads_fit(paths: list[str], values: list[torch.Tensor], n_heads: int)
 
 
 def _view(value: torch.Tensor, heads: bool, n_heads: int | None) -> torch.Tensor:
-    return value.unflatten(-1, (int(n_heads or 1), -1)) if heads else value
+    return value.view(*value.shape[:-1], int(n_heads or 1), -1) if heads else value
 
 
 def _mask_shape(value: torch.Tensor, copies: int, cells: _Cells) -> list[int]:
@@ -212,8 +212,9 @@ class _Patcher:
         if self.mask is None:
             return None
         copies = self.mask.shape[0]
-        viewed = _view(value.reshape(copies, self.batch, *value.shape[1:]), self.cells.heads is not None,
-                       self.cells.n_heads)  # fmt: skip
+        viewed = _view(
+            value.reshape(copies, self.batch, *value.shape[1:]), self.cells.heads is not None, self.cells.n_heads
+        )
         mask = self.mask.view(_mask_shape(value, copies, self.cells))
         return torch.where(mask, self.clean, viewed).reshape(value.shape)
 
@@ -283,15 +284,17 @@ def patch(
     jobs = [(site, cell) for site in range(len(setup.paths)) for cell in range(len(cells))]
     per_forward = batch_size or len(jobs)
     patchers = [_Patcher(value, cells, setup.batch) for value in setup.clean]
-    edits = [(path, module, patcher) for path, module, patcher in zip(setup.paths, setup.modules, patchers,
-                                                                      strict=True)]  # fmt: skip
+    edits = [
+        (path, module, patcher) for path, module, patcher in zip(setup.paths, setup.modules, patchers, strict=True)
+    ]
     metrics: list[torch.Tensor] = []
-    handles = place_all(edits, at, owner=patchers, is_edit=True)
+    handles = place_all(edits, at, owner="steer.patch()", is_edit=True)
     try:
         with torch.no_grad():
             for start in range(0, len(jobs), per_forward):
-                metrics += _run_chunk(model, corrupted, metric, jobs[start : start + per_forward], patchers, masks,
-                                      setup.batch)  # fmt: skip
+                metrics += _run_chunk(
+                    model, corrupted, metric, jobs[start : start + per_forward], patchers, masks, setup.batch
+                )
     finally:
         for handle in reversed(handles):
             handle.remove()
@@ -314,8 +317,8 @@ def _run_chunk(
         mask = by_site.setdefault(site, torch.zeros(copies, *masks.shape[1:], dtype=torch.bool))
         mask[copy] = masks[cell]
     for site, patcher in enumerate(patchers):
-        mask = by_site.get(site)
-        patcher.mask = None if mask is None else mask.to(patcher.clean.device, non_blocking=True)
+        chosen = by_site.get(site)
+        patcher.mask = None if chosen is None else chosen.to(patcher.clean.device, non_blocking=True)
     try:
         output = run_model(model, _repeat(corrupted, copies, batch))
     finally:
@@ -373,9 +376,11 @@ def attribution_patch(
     """
     setup, _ = _setup(model, clean, corrupted, metric, select, positions, heads, n_heads, at)
     captured: list[torch.Tensor | None] = [None] * len(setup.paths)
-    edits = [(path, module, _Capture(captured, index)) for index, (path, module) in enumerate(zip(setup.paths,
-             setup.modules, strict=True))]  # fmt: skip
-    handles = place_all(edits, at, owner=captured, is_edit=True)
+    edits = [
+        (path, module, _Capture(captured, index))
+        for index, (path, module) in enumerate(zip(setup.paths, setup.modules, strict=True))
+    ]
+    handles = place_all(edits, at, owner="steer.attribution_patch()", is_edit=True)
     try:
         with torch.enable_grad():
             corrupted_metric = _scalar(metric, run_model(model, corrupted))
@@ -389,8 +394,8 @@ def attribution_patch(
     masks = setup.masks()
     effects = []
     for clean_value, corrupted_value, grad in zip(setup.clean, setup.corrupted, grads, strict=True):
-        grad = torch.zeros_like(corrupted_value) if grad is None else grad.detach()
-        effects.append(_cell_sums(grad * (clean_value - corrupted_value), setup.cells, masks))
+        slope = torch.zeros_like(corrupted_value) if grad is None else grad.detach()
+        effects.append(_cell_sums(slope * (clean_value - corrupted_value), setup.cells, masks))
     raw = torch.stack(effects)  # [sites, cells], in units of the metric
     zero = torch.zeros((), dtype=torch.float64, device=raw.device)
     normalised = _normalised(raw.to(torch.float64), setup.metric_clean - corrupted_metric.detach(), zero)

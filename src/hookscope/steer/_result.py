@@ -43,7 +43,9 @@ class PatchResult:
     @property
     def cells(self) -> list[tuple[int | None, int | None]]:
         """`(position, head)` of each column of `effects` (`None`: all at once)."""
-        return [(p, h) for p in (self.positions or [None]) for h in (self.heads or [None])]
+        positions: list[int | None] = list(self.positions) if self.positions is not None else [None]
+        heads: list[int | None] = list(self.heads) if self.heads is not None else [None]
+        return [(p, h) for p in positions for h in heads]
 
     def cell_labels(self) -> list[str]:
         """A short label per column: `pos 3`, `head 1`, `pos 3 head 1` or `all`."""

@@ -125,7 +125,9 @@ def _input_hook(edit: Edit) -> Callable[[nn.Module, Any, Any], Any]:
             new = None if value is None else edit(value)
             return None if new is None else ((with_first_tensor(args[0], new), *args[1:]), kwargs)
         key = next((k for k, item in kwargs.items() if isinstance(item, torch.Tensor)), None)
-        new = None if key is None else edit(kwargs[key])
+        if key is None:
+            return None
+        new = edit(kwargs[key])
         return None if new is None else (args, {**kwargs, key: new})
 
     return hook

@@ -71,8 +71,9 @@ def load(path: str | os.PathLike[str]) -> dict[str, list[Intervention]]:
     check(_DOCUMENT, document, source, at="document")
     out: dict[str, list[Intervention]] = {}
     for site, entries in document["spec"].items():
-        out[site] = [_build(entry, tensors, f"{source}: document.spec[{site!r}][{i}]") for i, entry in
-                     enumerate(entries)]  # fmt: skip
+        out[site] = [
+            _build(entry, tensors, f"{source}: document.spec[{site!r}][{i}]") for i, entry in enumerate(entries)
+        ]
     return out
 
 
@@ -82,7 +83,7 @@ def _build(entry: dict[str, object], tensors: dict[str, torch.Tensor], where: st
     arguments: dict[str, object] = {}
     fields = dict(entry["fields"])  # type: ignore[call-overload]  # the schema checked it is a dict
     names = dict(entry["tensors"])  # type: ignore[call-overload]
-    for name, value in [*fields.items(), *names.items()]:
+    for name in [*fields, *names]:
         if name not in known:
             raise SchemaError(
                 where, "fields", f"has an unknown field {name!r} for {cls.__name__}; known: {sorted(known)}"

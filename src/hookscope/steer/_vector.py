@@ -88,6 +88,7 @@ def _pca(path: str, good: torch.Tensor, bad: torch.Tensor) -> torch.Tensor:
         )
     differences = (good - bad).double()
     mean = differences.mean(0)
-    direction = torch.linalg.svd(differences, full_matrices=False).Vh[0]
+    direction: torch.Tensor = torch.linalg.svd(differences, full_matrices=False).Vh[0]
     along = torch.dot(mean, direction)
-    return (direction * along).to(good.dtype)  # sign and length from the mean difference
+    vector: torch.Tensor = (direction * along).to(good.dtype)
+    return vector  # sign and length from the mean difference
