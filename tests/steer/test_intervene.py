@@ -15,8 +15,7 @@ import torch
 import torch.nn as nn
 
 import hookscope
-from hookscope import list_hooks, remove_hooks
-from hookscope import steer
+from hookscope import list_hooks, remove_hooks, steer
 
 
 def _model() -> nn.Sequential:

@@ -9,8 +9,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from hookscope import HookscopeWarning, list_hooks
-from hookscope import steer
+from hookscope import HookscopeWarning, list_hooks, steer
 
 
 def _model() -> nn.Sequential:
@@ -105,18 +104,24 @@ def test_the_hooks_are_in_the_registry_tagged_steer_and_gone_after_the_block_eve
 
 def test_bad_arguments_are_refused() -> None:
     named = nn.Sequential(OrderedDict(encoder=nn.Linear(4, 4), decoder=nn.Linear(4, 4)))
-    with pytest.raises(
-        ValueError, match=r"select must name an existing module path, got 'encodr'.*Closest module paths: 'encoder'"
+    with (
+        pytest.raises(
+            ValueError, match=r"select must name an existing module path, got 'encodr'.*Closest module paths: 'encoder'"
+        ),
+        steer.record(named, "encodr"),
     ):
-        with steer.record(named, "encodr"):
-            pass
+        pass
     model = _model()
-    with pytest.raises(ValueError, match="at must be 'input' or 'output', got 'inputs'"):
-        with steer.record(model, "0", at="inputs"):
-            pass
-    with pytest.raises(ValueError, match="max_bytes must be a positive int or None, got 0"):
-        with steer.record(model, "0", max_bytes=0):
-            pass
+    with (
+        pytest.raises(ValueError, match="at must be 'input' or 'output', got 'inputs'"),
+        steer.record(model, "0", at="inputs"),
+    ):
+        pass
+    with (
+        pytest.raises(ValueError, match="max_bytes must be a positive int or None, got 0"),
+        steer.record(model, "0", max_bytes=0),
+    ):
+        pass
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with steer.record(model, "0") as rec:
