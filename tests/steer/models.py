@@ -4,6 +4,7 @@ learns induction heads on (a random first part, repeated later)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn as nn
@@ -94,3 +95,48 @@ def train(model: AttentionOnly, steps: int, seed: int = 0) -> AttentionOnly:
         loss.backward()
         optimizer.step()
     return model.eval()
+
+
+def forward_by_hand(
+    model: AttentionOnly,
+    tokens: torch.Tensor,
+    *,
+    resid_pre_1: Callable[[torch.Tensor], None] | None = None,
+    heads_0: Callable[[torch.Tensor], None] | None = None,
+) -> torch.Tensor:
+    """`model(tokens)` written out, with in-place edits of the residual stream entering layer 1 and of layer 0's
+    heads (`[batch, seq, width]`, heads as contiguous chunks) where given: the reference for interventions."""
+    positions = torch.arange(tokens.shape[1])
+    x = model.embed(tokens) + model.pos(positions)
+    for index, block in enumerate(model.blocks):
+        if index == 1 and resid_pre_1 is not None:
+            x = x.clone()
+            resid_pre_1(x)
+        attn = block.attn
+        batch, seq, width = x.shape
+        q, k, v = (t.view(batch, seq, attn.heads, -1).transpose(1, 2) for t in attn.qkv(x).split(width, -1))
+        scores = q @ k.transpose(-1, -2) / math.sqrt(width // attn.heads)
+        causal = torch.ones(seq, seq, dtype=torch.bool).tril()
+        z = (scores.masked_fill(~causal, float("-inf")).softmax(-1) @ v).transpose(1, 2).reshape(batch, seq, width)
+        if index == 0 and heads_0 is not None:
+            heads_0(z)
+        x = x + attn.out_proj(z)
+    return model.unembed(x)
+
+
+def induction_pair(batch: int, seed: int = 1, source: int = 4) -> tuple[torch.Tensor, torch.Tensor, Callable[[torch.Tensor], torch.Tensor], int]:
+    """Clean and corrupted tokens that differ only at `source` (in the first part), the metric (the clean answer's
+    logit minus the corrupted token's, at the query: the position after the repeat of `source - 1`), the query."""
+    gen = torch.Generator().manual_seed(seed)
+    clean = repeated(batch, gen)
+    query = HALF + source - 1
+    answer = clean[:, source].clone()
+    other = (answer + torch.randint(1, VOCAB, answer.shape, generator=gen)) % VOCAB
+    corrupted = clean.clone()
+    corrupted[:, source] = other
+    rows = torch.arange(batch)
+
+    def metric(logits: torch.Tensor) -> torch.Tensor:
+        return (logits[rows, query, answer] - logits[rows, query, other]).mean()
+
+    return clean, corrupted, metric, query

@@ -166,18 +166,11 @@ def module_width(module: nn.Module, at: str) -> int | None:
 
 
 def check_width(item: Intervention, module: nn.Module, at: str, path: str) -> None:
-    """Apply `item` to a shapes-only (meta) value of `module`'s width, so a misfit raises before anything is placed.
+    """Check `item` against `module`'s width where the module says it, so a misfit raises before anything is placed.
 
     Raises:
         ValueError: `item` cannot fit a value of that width (heads that do not divide it, a vector of another size).
     """
     width = module_width(module, at)
-    if width is None:
-        return
-    positions = item.positions
-    items = (
-        [positions] if isinstance(positions, int) else [] if isinstance(positions, (slice, type(None))) else positions
-    )
-    seq = max([abs(p) + 1 for p in items] or [1])
-    shape = [1] * item.seq_dim + [seq, width]
-    item.apply(torch.empty(shape, device="meta"), path)
+    if width is not None:
+        item.check_width(width, path)

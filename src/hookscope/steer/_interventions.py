@@ -86,6 +86,25 @@ class Intervention:
             edited[index] = self._edit_heads(viewed[index], where)
         return edited.flatten(-2) if self.heads is not None else edited
 
+    def check_width(self, width: int, site: str = "") -> None:
+        """Check what can be checked from the site's last dimension alone, before any forward.
+
+        Raises:
+            ValueError: `n_heads` does not divide `width`, or a tensor's last dimension fits neither the width nor
+                a head's width.
+        """
+        where = f"site {site!r}" if site else "the site"
+        self._split_heads(torch.empty(1, width, device="meta"), where)
+        last = width // int(self.n_heads or 1) if self.heads is not None else width
+        for name in self.tensors:
+            tensor = getattr(self, name)
+            if tensor.dim() and tensor.shape[-1] not in (1, last):
+                raise ValueError(
+                    f"{type(self).__name__}.{name} of shape {tuple(tensor.shape)} does not fit {where}: its last "
+                    f"dimension must be {last} (the site's width{' per head' if self.heads is not None else ''}), "
+                    f"got {tensor.shape[-1]}"
+                )
+
     def _edit(self, region: torch.Tensor, where: str) -> torch.Tensor:
         raise NotImplementedError
 
