@@ -124,7 +124,9 @@ def forward_by_hand(
     return model.unembed(x)
 
 
-def induction_pair(batch: int, seed: int = 1, source: int = 4) -> tuple[torch.Tensor, torch.Tensor, Callable[[torch.Tensor], torch.Tensor], int]:
+def induction_pair(
+    batch: int, seed: int = 1, source: int = 4
+) -> tuple[torch.Tensor, torch.Tensor, Callable[[torch.Tensor], torch.Tensor], int]:
     """Clean and corrupted tokens that differ only at `source` (in the first part), the metric (the clean answer's
     logit minus the corrupted token's, at the query: the position after the repeat of `source - 1`), the query."""
     gen = torch.Generator().manual_seed(seed)

@@ -7,6 +7,7 @@ import copy
 import gc
 import io
 import pickle
+import warnings
 import weakref
 from collections import OrderedDict
 
@@ -61,7 +62,9 @@ def test_a_wrong_site_among_several_leaves_nothing_attached_and_lists_the_closes
         ValueError, match=r"interventions key must name an existing module path, got 'decodr'.*'decoder'"
     ):
         steer.intervene(model, {"encoder": steer.Zero(), "decodr": steer.Zero()})
-    with pytest.raises(ValueError, match=r"Add.vector of shape \(3,\) does not fit site 'decoder': its last dimension must be 2"):
+    with pytest.raises(
+        ValueError, match=r"Add.vector of shape \(3,\) does not fit site 'decoder': its last dimension must be 2"
+    ):
         steer.intervene(model, {"encoder": steer.Zero(), "decoder": steer.Add(torch.ones(3))})  # width known: 2
     with pytest.raises(TypeError, match=r"interventions\['encoder'\] must be an intervention"):
         steer.intervene(model, {"encoder": "zero"})  # type: ignore[dict-item]
@@ -179,3 +182,34 @@ def test_bad_arguments_name_the_argument() -> None:
         steer.intervene(model, {})
     with pytest.raises(ValueError, match="at must be 'input' or 'output', got 'middle'"):
         steer.intervene(model, {"encoder": steer.Zero()}, at="middle")
+
+
+def test_a_transformer_compiled_after_intervene_runs_position_and_head_edits_and_attaching_later_warns() -> None:
+    from hookscope.hooks import CompiledModelWarning
+
+    from .models import AttentionOnly, forward_by_hand, induction_pair
+
+    model = AttentionOnly().eval()
+    tokens, _, _, _ = induction_pair(4)
+
+    def by_hand(z: torch.Tensor) -> None:
+        z[:, 5, 16:] = 0.0
+
+    with torch.no_grad():
+        expected = forward_by_hand(model, tokens, heads_0=by_hand)
+        head = steer.Zero(positions=[5], heads=[1], n_heads=2)
+        with steer.intervene(model, {"blocks.0.attn.out_proj": head}, at="input"):
+            compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+            got = compiled(tokens)
+        assert torch.allclose(got, expected, atol=1e-6)
+        with pytest.warns(CompiledModelWarning, match="hooks are being attached to a torch.compile'd OptimizedModule"):
+            steer.intervene(compiled, {"blocks.0": steer.Zero()}).remove()
+    torch._dynamo.reset()
+
+
+def test_torchscript_is_refused() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit.script is deprecated; users still have some
+        scripted = torch.jit.script(nn.Linear(2, 2))
+    with pytest.raises(TypeError, match="model is a TorchScript module"):
+        steer.intervene(scripted, {"": steer.Zero()})

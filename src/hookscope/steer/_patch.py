@@ -155,7 +155,8 @@ def _recorded(
         if len(calls) != 1:
             raise ValueError(
                 f"select must pick sites that run once per forward, got {path!r}, which ran {len(calls)} times; "
-                "pick a module that is called once (e.g. a block, not a module shared across blocks)"
+                "pick a module that is called once (a block, not a module shared across blocks), and one whose "
+                "forward is called (nn.MultiheadAttention uses its out_proj's weights without calling it)"
             )
         values.append(calls[0])
     return values, output

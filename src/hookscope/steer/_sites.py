@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from ..hooks import HookErrors, HookHandle, register_module_hook
+from ..hooks import HookErrors, HookHandle, check_hookable, register_module_hook, warn_if_compiled
 from ..hooks._select import Selector, choose_modules
 
 __all__ = [
@@ -49,9 +49,15 @@ Edit = Callable[[torch.Tensor], torch.Tensor | None]
 def resolve(model: nn.Module, select: Selector, argument: str) -> list[tuple[str, nn.Module]]:
     """The `(path, module)` pairs `select` names, in model order; a wrong path lists the closest ones.
 
+    A model compiled before gets a `CompiledModelWarning` (hooks added after its first compiled call run only
+    once it recompiles).
+
     Raises:
-        ValueError: the selector matches nothing (with the closest paths); `at` is not "input" or "output".
+        ValueError: the selector matches nothing (with the closest paths).
+        TypeError: `model` is not an `nn.Module`, or is a TorchScript module (hooks never run there).
     """
+    check_hookable(model, "model")
+    warn_if_compiled(model, stacklevel=4)
     return choose_modules(model, select, argument)
 
 
