@@ -213,3 +213,29 @@ def test_torchscript_is_refused() -> None:
         scripted = torch.jit.script(nn.Linear(2, 2))
     with pytest.raises(TypeError, match="model is a TorchScript module"):
         steer.intervene(scripted, {"": steer.Zero()})
+
+
+def test_a_keyword_only_input_is_rewritten_once() -> None:
+    calls: list[torch.Tensor] = []
+
+    class Keyword(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = nn.Linear(4, 4)
+
+        def forward(self, *, hidden: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+            calls.append(hidden)
+            return self.linear(hidden) * scale
+
+    class Outer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.block = Keyword()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.block(hidden=x, scale=2.0)
+
+    model, x = Outer(), torch.randn(2, 4)
+    with steer.intervene(model, {"block": steer.Add(torch.ones(4))}, at="input"):
+        got = model(x)
+    assert torch.equal(calls[-1], x + 1.0) and torch.equal(got, model.block.linear(x + 1.0) * 2.0)
