@@ -7,8 +7,8 @@ sweep per method (recording the clean run included); the table gives the median 
 and the peak memory the sweep added, measured in one more sweep apart from the timed ones: on CUDA,
 `torch.cuda.max_memory_allocated` above what was allocated before; on the CPU, the peak resident set size sampled
 every millisecond by a thread, above the RSS before (a coarse figure: memory the allocator kept from an earlier
-sweep is not counted again). Every method's effects are checked against hookscope's
-(the largest absolute difference is printed; above 1e-5 the run fails).
+sweep is not counted again). Every method's effects are checked against hookscope's (the largest absolute
+difference is printed; above `TOLERANCE` the run fails).
 
     python bench/steer.py                  # the default GPT-2 (4 layers, width 128, 24 tokens, batch 4)
     python bench/steer.py --quick          # a short run
@@ -41,6 +41,9 @@ from hookscope import steer
 
 HERE = Path(__file__).resolve().parent
 Sweep = Callable[[], torch.Tensor]
+TOLERANCE = 1e-4
+"""The most two methods' effects may differ: float32 rounding of stacked and single forwards, divided by the
+metric's clean-corrupted span (the test suite holds the small GPT-2 of tests/steer to 1e-5)."""
 warnings.filterwarnings("ignore", message=".*token_id must be `None` or an integer.*")
 
 
@@ -236,15 +239,14 @@ class PeakMemory:
 
 
 def measure(sweeps: dict[str, Sweep], rounds: int, device: str) -> dict[str, dict[str, Any]]:
-    reference = sweeps["hookscope"]().clone()
-    for sweep in sweeps.values():  # warm-up, and the agreement check
+    reference = sweeps["hookscope"]()
+    differences = {}
+    for name, sweep in sweeps.items():  # warm-up, and the agreement check
         got = sweep()
-        difference = float((got - reference).abs().max())
-        if difference > 1e-5 or got.shape != reference.shape:
-            raise SystemExit(f"effects disagree with hookscope's: max |difference| {difference}")
+        differences[name] = float((got - reference).abs().max()) if got.shape == reference.shape else float("inf")
+        if not differences[name] <= TOLERANCE:
+            raise SystemExit(f"{name}: effects disagree with hookscope's: max |difference| {differences[name]}")
     times: dict[str, list[float]] = {name: [] for name in sweeps}
-    peaks: dict[str, list[int]] = {name: [] for name in sweeps}
-    differences = {name: float((sweep() - reference).abs().max()) for name, sweep in sweeps.items()}
     for _ in range(rounds):
         for name, sweep in sweeps.items():
             gc.collect()
@@ -253,16 +255,17 @@ def measure(sweeps: dict[str, Sweep], rounds: int, device: str) -> dict[str, dic
             if device.startswith("cuda"):
                 torch.cuda.synchronize()
             times[name].append(time.perf_counter() - start)
+    peaks = {}
     for name, sweep in sweeps.items():  # apart from the timed rounds: the sampling thread would slow them
         with PeakMemory(device) as memory:
             sweep()
-        peaks[name].append(memory.peak)
+        peaks[name] = memory.peak
     base = statistics.median(times["hookscope"])
     return {
         name: {
             "median_s": statistics.median(times[name]),
             "ratio_to_hookscope": statistics.median(times[name]) / base,
-            "peak_bytes": max(peaks[name]),
+            "peak_bytes": peaks[name],
             "max_abs_difference": differences[name],
         }
         for name in sweeps

@@ -166,16 +166,6 @@ def test_the_model_is_freed_after_remove_without_the_garbage_collector() -> None
         gc.enable()
 
 
-def test_compiled_after_intervene_runs_the_intervention() -> None:
-    model, x = _model(), torch.randn(3, 4)
-    with steer.intervene(model, {"encoder": steer.Scale(0.0, positions=None)}):
-        compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
-        got = compiled(x)
-    expected = model.decoder(model.act(model.encoder(x) * 0.0))
-    assert torch.allclose(got, expected)
-    torch._dynamo.reset()
-
-
 def test_bad_arguments_name_the_argument() -> None:
     model = _model()
     with pytest.raises(TypeError, match="interventions must be a non-empty dict"):

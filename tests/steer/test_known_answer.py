@@ -115,8 +115,11 @@ def test_after_training_the_induction_circuit_is_where_patching_says() -> None:
     assert together.effects[0, 0] >= 0.7  # layer 1's heads together
     grid = {"select": "blocks.*.attn.out_proj", "at": "input", "positions": "each", "heads": "each", "n_heads": 2}
     activation = steer.patch(model, clean, corrupted, metric, **grid)  # type: ignore[arg-type]
+    assert activation.effects.shape == (2, 2 * SEQ)
+    assert activation.top(1)[0][:2] == ("blocks.1.attn.out_proj", query)  # an induction head, at the query
+    # Attribution through a nonlinear path (layer 1's attention reads the residual stream): the same top cell.
+    grid = {"select": ["blocks.0.attn", "blocks.1.resid_pre"], "positions": "each"}
+    activation = steer.patch(model, clean, corrupted, metric, **grid)  # type: ignore[arg-type]
     attribution = steer.attribution_patch(model, clean, corrupted, metric, **grid)  # type: ignore[arg-type]
-    assert attribution.effects.shape == activation.effects.shape == (2, 2 * SEQ)
-    assert attribution.method == "attribution"
-    assert activation.top(1)[0][:3] == attribution.top(1)[0][:3]  # the same (site, position, head) first
-    assert activation.top(1)[0][:2] == ("blocks.1.attn.out_proj", query)
+    assert attribution.effects.shape == activation.effects.shape and attribution.method == "attribution"
+    assert activation.top(1)[0][:2] == attribution.top(1)[0][:2] == ("blocks.1.resid_pre", SOURCE)
