@@ -201,13 +201,24 @@ def _mask_shape(value: torch.Tensor, copies: int, cells: _Cells) -> list[int]:
 
 
 class _Patcher:
-    """The edit on one site during the sweep: copy `j` takes the clean value where this chunk's mask says."""
+    """The edit on one site during the sweep: copy `j` takes the clean value where this chunk's mask says.
 
-    def __init__(self, clean: torch.Tensor, cells: _Cells, batch: int) -> None:
+    The cells' masks go to the site's device once, before the sweep; each chunk's mask is built there from them
+    (a slice copy), so no host-to-device transfer (which synchronizes from pageable memory) runs per chunk.
+    """
+
+    def __init__(self, clean: torch.Tensor, cells: _Cells, batch: int, masks: torch.Tensor) -> None:
         self.clean = _view(clean, cells.heads is not None, cells.n_heads)
         self.cells = cells
         self.batch = batch
+        self.masks = masks.to(clean.device)  # [cells, seq or 1, heads or 1]
         self.mask: torch.Tensor | None = None
+
+    def select(self, copies: int, first_copy: int, first_cell: int, count: int) -> None:
+        """Patch cells `first_cell ...` into copies `first_copy ...` (`count` of them) of the next forward."""
+        mask = torch.zeros((copies, *self.masks.shape[1:]), dtype=torch.bool, device=self.masks.device)
+        mask[first_copy : first_copy + count] = self.masks[first_cell : first_cell + count]
+        self.mask = mask
 
     def __call__(self, value: torch.Tensor) -> torch.Tensor | None:
         if self.mask is None:
@@ -284,7 +295,7 @@ def patch(
     cells, masks = setup.cells, setup.masks()
     jobs = [(site, cell) for site in range(len(setup.paths)) for cell in range(len(cells))]
     per_forward = batch_size or len(jobs)
-    patchers = [_Patcher(value, cells, setup.batch) for value in setup.clean]
+    patchers = [_Patcher(value, cells, setup.batch, masks) for value in setup.clean]
     edits = [
         (path, module, patcher) for path, module, patcher in zip(setup.paths, setup.modules, patchers, strict=True)
     ]
@@ -294,7 +305,7 @@ def patch(
         with torch.no_grad():
             for start in range(0, len(jobs), per_forward):
                 metrics += _run_chunk(
-                    model, corrupted, metric, jobs[start : start + per_forward], patchers, masks, setup.batch
+                    model, corrupted, metric, jobs[start : start + per_forward], patchers, setup.batch
                 )
     finally:
         for handle in reversed(handles):
@@ -309,17 +320,15 @@ def _run_chunk(
     metric: Metric,
     chunk: list[tuple[int, int]],
     patchers: list[_Patcher],
-    masks: torch.Tensor,
     batch: int,
 ) -> list[torch.Tensor]:
     copies = len(chunk)
-    by_site: dict[int, torch.Tensor] = {}
+    spans: dict[int, tuple[int, int, int]] = {}  # site -> (first copy, first cell, count): jobs run site-major
     for copy, (site, cell) in enumerate(chunk):
-        mask = by_site.setdefault(site, torch.zeros(copies, *masks.shape[1:], dtype=torch.bool))
-        mask[copy] = masks[cell]
-    for site, patcher in enumerate(patchers):
-        chosen = by_site.get(site)
-        patcher.mask = None if chosen is None else chosen.to(patcher.clean.device, non_blocking=True)
+        first_copy, first_cell, count = spans.get(site, (copy, cell, 0))
+        spans[site] = (first_copy, first_cell, count + 1)
+    for site, (first_copy, first_cell, count) in spans.items():
+        patchers[site].select(copies, first_copy, first_cell, count)
     try:
         output = run_model(model, _repeat(corrupted, copies, batch))
     finally:
