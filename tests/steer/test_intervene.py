@@ -66,7 +66,10 @@ def test_a_wrong_site_among_several_leaves_nothing_attached_and_lists_the_closes
         ValueError, match=r"Add.vector of shape \(3,\) does not fit site 'decoder': its last dimension must be 2"
     ):
         steer.intervene(model, {"encoder": steer.Zero(), "decoder": steer.Add(torch.ones(3))})  # width known: 2
-    with pytest.raises(TypeError, match=r"interventions\['encoder'\] must be an intervention"):
+    with pytest.raises(
+        TypeError,
+        match=r"interventions must be a mapping of str to Intervention or a list of .*, got \{'encoder': 'zero'\}",
+    ):
         steer.intervene(model, {"encoder": "zero"})  # type: ignore[dict-item]
     assert _counts(model) == before and not list_hooks(model)
 
@@ -170,7 +173,7 @@ def test_bad_arguments_name_the_argument() -> None:
     model = _model()
     with pytest.raises(TypeError, match="interventions must be a non-empty dict"):
         steer.intervene(model, {})
-    with pytest.raises(ValueError, match="at must be 'input' or 'output', got 'middle'"):
+    with pytest.raises(ValueError, match="at must be one of 'input', 'output', got 'middle'"):
         steer.intervene(model, {"encoder": steer.Zero()}, at="middle")
 
 

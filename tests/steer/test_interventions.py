@@ -88,7 +88,11 @@ def test_interventions_are_frozen_values_with_equality_and_a_short_repr() -> Non
         (lambda: steer.Zero(positions="each"), TypeError, "positions must be None, an int, a non-empty list"),
         (lambda: steer.Zero(n_heads=0), ValueError, "n_heads must be a positive int, got 0"),
         (lambda: steer.Scale(float("nan")), TypeError, "factor must be a finite number, got nan"),
-        (lambda: steer.Add([1.0, 2.0]), TypeError, r"vector must be a torch.Tensor, got list"),
+        (
+            lambda: steer.Add([1.0, 2.0]),
+            TypeError,
+            r"vector must be a torch.Tensor, got \[1.0, 2.0\]; e.g. Add\(vector=torch.tensor",
+        ),
         (lambda: steer.Clamp(), ValueError, "Clamp needs min= or max="),
         (lambda: steer.Clamp(min=1.0, max=0.0), ValueError, "Clamp min must be <= max"),
         (lambda: steer.Project(torch.ones(3), keep="both"), ValueError, "keep must be 'off' or 'on', got 'both'"),

@@ -113,12 +113,12 @@ def test_bad_arguments_are_refused() -> None:
         pass
     model = _model()
     with (
-        pytest.raises(ValueError, match="at must be 'input' or 'output', got 'inputs'"),
+        pytest.raises(ValueError, match="at must be one of 'input', 'output', got 'inputs'"),
         steer.record(model, "0", at="inputs"),
     ):
         pass
     with (
-        pytest.raises(ValueError, match="max_bytes must be a positive int or None, got 0"),
+        pytest.raises(ValueError, match="max_bytes must be an int or None > 0, got 0"),
         steer.record(model, "0", max_bytes=0),
     ):
         pass

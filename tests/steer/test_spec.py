@@ -78,7 +78,9 @@ def test_another_kind_and_a_bad_field_are_refused_naming_the_field(tmp_path: Pat
 
 
 def test_save_refuses_what_is_not_a_spec(tmp_path: Path) -> None:
-    with pytest.raises(TypeError, match="spec must be a non-empty dict"):
+    with pytest.raises(
+        TypeError, match=r"spec must be a mapping of str to Intervention or a list of Intervention, got \[\]"
+    ):
         steer.save(tmp_path / "x.safetensors", [])  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match=r"interventions\['a'\] must be an intervention"):
+    with pytest.raises(TypeError, match=r"spec must be a mapping of str to Intervention .*, got \{'a': 3\}"):
         steer.save(tmp_path / "x.safetensors", {"a": 3})  # type: ignore[dict-item]

@@ -50,7 +50,7 @@ def test_pca_is_the_main_direction_of_the_paired_differences_with_the_mean_diffe
 def test_bad_arguments_are_refused() -> None:
     model = Tokens()
     tokens = torch.randint(0, 10, (2, 3))
-    with pytest.raises(ValueError, match="method must be 'mean_diff' or 'pca', got 'svd'"):
+    with pytest.raises(ValueError, match="method must be one of 'mean_diff', 'pca', got 'svd'"):
         steer.steering_vector(model, tokens, tokens, select="mix", method="svd")
     with pytest.raises(ValueError, match=r"position must index dim 1 of site 'mix'.*shape \(2, 3, 6\), got 5"):
         steer.steering_vector(model, tokens, tokens, select="mix", position=5)

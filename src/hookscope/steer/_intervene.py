@@ -7,9 +7,10 @@ from collections.abc import Callable, Mapping, Sequence
 import torch
 import torch.nn as nn
 
+from .._check import checked, one_of, shown
 from ..hooks import HookHandle
 from ._interventions import Intervention
-from ._sites import check_at, place_all, resolve
+from ._sites import AT, place_all, resolve
 
 __all__ = ["Spec", "Steering", "as_items", "check_width", "intervene", "module_width"]
 
@@ -79,6 +80,7 @@ class _Apply:
         return value
 
 
+@checked(at=one_of(AT))
 def intervene(model: nn.Module, interventions: Spec, *, at: str = "output") -> Steering:
     """Apply `interventions` to the sites they name, on every forward, until the handle is removed.
 
@@ -119,11 +121,10 @@ def intervene(model: nn.Module, interventions: Spec, *, at: str = "output") -> S
         >>> torch.equal(out, model[2].bias.expand(3, 2))
         True
     """
-    check_at(at)
     if not isinstance(interventions, Mapping) or not interventions:
         raise TypeError(
             f"interventions must be a non-empty dict {{site path: intervention or [interventions]}}, got "
-            f"{type(interventions).__name__}; e.g. {{'blocks.0': steer.Zero()}}"
+            f"{shown(interventions)}; e.g. {{'blocks.0': steer.Zero()}}"
         )
     plan: dict[str, tuple[nn.Module, list[Intervention]]] = {}
     for key, value in interventions.items():
@@ -147,7 +148,7 @@ def as_items(key: str, value: object) -> list[Intervention]:
         return list(items)
     raise TypeError(
         f"interventions[{key!r}] must be an intervention (steer.Zero(), steer.Add(vector) ...) or a non-empty list "
-        f"of them, got {value!r}"
+        f"of them, got {shown(value)}"
     )
 
 

@@ -18,6 +18,8 @@ from typing import Any, ClassVar, TypeAlias
 
 import torch
 
+from .._check import shown
+
 __all__ = [
     "INTERVENTIONS",
     "Add",
@@ -58,12 +60,14 @@ class Intervention:
     def __post_init__(self) -> None:
         _check_positions(self.positions)
         _check_heads(self.heads, self.n_heads)
-        if isinstance(self.seq_dim, bool) or not isinstance(self.seq_dim, int) or self.seq_dim < 1:
+        if isinstance(self.seq_dim, bool) or not isinstance(self.seq_dim, int):
+            raise TypeError(f"seq_dim must be an int, got {shown(self.seq_dim)}")
+        if self.seq_dim < 1:
             raise ValueError(f"seq_dim must be an int >= 1 (dim 0 is the batch), got {self.seq_dim!r}")
         for name in self.tensors:
             if not isinstance(getattr(self, name), torch.Tensor):
                 raise TypeError(
-                    f"{name} must be a torch.Tensor, got {type(getattr(self, name)).__name__}; "
+                    f"{name} must be a torch.Tensor, got {shown(getattr(self, name))}; "
                     f"e.g. {type(self).__name__}({name}=torch.tensor([...]))"
                 )
 
@@ -195,22 +199,30 @@ def _check_positions(positions: Positions) -> None:
     if positions is None or isinstance(positions, slice):
         return
     items = [positions] if isinstance(positions, int) else positions
-    if not isinstance(items, Sequence) or isinstance(items, str) or not items:
-        raise TypeError(f"positions must be None, an int, a non-empty list of ints or a slice, got {positions!r}")
-    if any(isinstance(p, bool) or not isinstance(p, int) for p in items):
-        raise TypeError(f"positions must be None, an int, a non-empty list of ints or a slice, got {positions!r}")
+    if (
+        not isinstance(items, Sequence)
+        or isinstance(items, str)
+        or not items
+        or any(isinstance(p, bool) or not isinstance(p, int) for p in items)
+    ):
+        raise TypeError(f"positions must be None, an int, a non-empty list of ints or a slice, got {shown(positions)}")
 
 
 def _check_heads(heads: Heads, n_heads: int | None) -> None:
-    if n_heads is not None and (isinstance(n_heads, bool) or not isinstance(n_heads, int) or n_heads < 1):
+    if n_heads is not None and (isinstance(n_heads, bool) or not isinstance(n_heads, int)):
+        raise TypeError(f"n_heads must be a positive int or None, got {shown(n_heads)}")
+    if n_heads is not None and n_heads < 1:
         raise ValueError(f"n_heads must be a positive int, got {n_heads!r}")
     if heads is None:
         return
     items = [heads] if isinstance(heads, int) else heads
-    if not isinstance(items, Sequence) or isinstance(items, str) or not items:
-        raise TypeError(f"heads must be None, an int or a non-empty list of ints, got {heads!r}")
-    if any(isinstance(h, bool) or not isinstance(h, int) for h in items):
-        raise TypeError(f"heads must be None, an int or a non-empty list of ints, got {heads!r}")
+    if (
+        not isinstance(items, Sequence)
+        or isinstance(items, str)
+        or not items
+        or any(isinstance(h, bool) or not isinstance(h, int) for h in items)
+    ):
+        raise TypeError(f"heads must be None, an int or a non-empty list of ints, got {shown(heads)}")
     if n_heads is None:
         raise ValueError(f"heads={heads!r} needs n_heads= (how many heads the last dimension holds), got None")
     if any(not -n_heads <= h < n_heads for h in items):
@@ -221,7 +233,7 @@ def _check_number(name: str, value: Any, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise TypeError(f"{name} must be a finite number{' or None' if allow_none else ''}, got {value!r}")
+        raise TypeError(f"{name} must be a finite number{' or None' if allow_none else ''}, got {shown(value)}")
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -317,6 +329,8 @@ class Project(Intervention):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if not isinstance(self.keep, str):
+            raise TypeError(f"keep must be 'off' or 'on', got {shown(self.keep)}")
         if self.keep not in ("off", "on"):
             raise ValueError(f"keep must be 'off' or 'on', got {self.keep!r}")
         if self.direction.dim() != 1:

@@ -15,11 +15,12 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .._check import POSITIVE, checked, one_of, shown
 from ..hooks._select import Selector
 from ..hooks._tree import map_tensors
 from ._record import record
 from ._result import PatchResult
-from ._sites import batch_size_of, check_at, place_all, resolve, run_model
+from ._sites import AT, batch_size_of, place_all, resolve, run_model
 
 __all__ = ["attribution_patch", "patch"]
 
@@ -57,12 +58,10 @@ def _sweep(name: str, value: Sweep, size: int | None, what: str) -> list[int] | 
     if value is None:
         return None
     if value == "each":
-        if size is None:
-            raise ValueError(f"{name}='each' needs {what}, got None")
-        return list(range(size))
+        return list(range(size or 0))
     items = [] if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) else list(value)
     if not items or any(isinstance(v, bool) or not isinstance(v, int) for v in items):
-        raise TypeError(f"{name} must be None, 'each' or a non-empty list of ints, got {value!r}")
+        raise TypeError(f"{name} must be None, 'each' or a non-empty list of ints, got {shown(value)}")
     indices = [v for v in items if isinstance(v, int)]
     if size is not None and any(not -size <= v < size for v in indices):
         raise ValueError(f"{name} must be in [-{size}, {size}) ({what}), got {value!r}")
@@ -109,11 +108,8 @@ def _setup(
 ) -> tuple[_Setup, torch.Tensor]:
     """Record both runs (no grad) and check that the sites, cells and batches fit; return it and the corrupted
     metric."""
-    check_at(at)
-    if not callable(metric):
-        raise TypeError(f"metric must be a callable metric(output) -> scalar tensor, got {metric!r}")
-    if n_heads is not None and (isinstance(n_heads, bool) or not isinstance(n_heads, int) or n_heads < 1):
-        raise ValueError(f"n_heads must be a positive int or None, got {n_heads!r}")
+    _sweep("positions", positions, None, "")  # the kinds of value, before anything runs
+    _sweep("heads", heads, None, "")
     if heads is not None and n_heads is None:
         raise ValueError(f"heads={heads!r} needs n_heads= (how many heads the last dimension holds), got None")
     batch = batch_size_of(clean, "clean")
@@ -249,6 +245,7 @@ def _share(output: Any, copy: int, copies: int, batch: int) -> Any:
     return map_tensors(output, take)
 
 
+@checked(at=one_of(AT), n_heads=POSITIVE, batch_size=POSITIVE)
 def patch(
     model: nn.Module,
     clean: Any,
@@ -289,8 +286,6 @@ def patch(
         ValueError: a site matches nothing, runs more than once, or does not fit the positions / heads asked.
         TypeError: `metric` does not return a scalar tensor; inputs hold no batched tensor.
     """
-    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
-        raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}")
     setup, corrupted_metric = _setup(model, clean, corrupted, metric, select, positions, heads, n_heads, at)
     cells, masks = setup.cells, setup.masks()
     jobs = [(site, cell) for site in range(len(setup.paths)) for cell in range(len(cells))]
@@ -357,6 +352,7 @@ def _result(setup: _Setup, effects: torch.Tensor, at: str, method: str, corrupte
     )
 
 
+@checked(at=one_of(AT), n_heads=POSITIVE, batch_size=POSITIVE)
 def attribution_patch(
     model: nn.Module,
     clean: Any,

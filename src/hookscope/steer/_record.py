@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 import torch
 import torch.nn as nn
 
+from .._check import DEVICE, POSITIVE, checked, one_of
 from .._errors import HookscopeWarning
 from ..hooks import HookErrors, user_stacklevel
 from ..hooks._select import Selector
-from ._sites import check_at, place_all, resolve
+from ._sites import AT, place_all, resolve
 
 __all__ = ["Recording", "record"]
 
@@ -106,7 +107,7 @@ class Recording(Mapping[str, torch.Tensor]):
         )
 
 
-@contextmanager
+@checked(at=one_of(AT), max_bytes=POSITIVE, device=DEVICE)
 def record(
     model: nn.Module,
     select: Selector,
@@ -114,7 +115,7 @@ def record(
     at: str = "output",
     max_bytes: int | None = None,
     device: str | torch.device | None = None,
-) -> Iterator[Recording]:
+) -> AbstractContextManager[Recording]:
     """Record the value of every site `select` picks while the block runs; the hooks go on exit, even on error.
 
     Args:
@@ -126,8 +127,9 @@ def record(
             naming it, and listed in `rec.dropped`. The forward is never stopped.
         device: Where to keep the values (`"cpu"` offloads); `None` keeps them where they are.
 
-    Yields:
-        The `Recording`: filled while the block runs, kept after it.
+    Returns:
+        A context manager whose `with` block records; it yields the `Recording`, filled while the block runs and
+        kept after it.
 
     Raises:
         ValueError: `select` matches no module (the closest paths are listed), `at` is not "input"/"output", or
@@ -142,17 +144,18 @@ def record(
         >>> rec["1"].shape
         torch.Size([3, 8])
     """
-    check_at(at)
-    if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1):
-        raise ValueError(f"max_bytes must be a positive int or None, got {max_bytes!r}")
     where = None if device is None else torch.device(device)
     chosen = resolve(model, select, "select")
-    recording = Recording([path for path, _ in chosen], at, max_bytes, where)
+    return _recording(chosen, Recording([path for path, _ in chosen], at, max_bytes, where))
+
+
+@contextmanager
+def _recording(chosen: list[tuple[str, nn.Module]], recording: Recording) -> Iterator[Recording]:
     # Recording observes: a failure of its hook (an offload that runs out of memory) is counted and warned about,
     # never raised into the user's forward (raised under strict=True / HOOKSCOPE_STRICT=1).
     errors = HookErrors("steer.record()")
     sites = [(path, module, _Keep(recording, path)) for path, module in chosen]
-    handles = place_all(sites, at, owner=recording, is_edit=False, errors=errors)
+    handles = place_all(sites, recording.at, owner=recording, is_edit=False, errors=errors)
     try:
         yield recording
     finally:

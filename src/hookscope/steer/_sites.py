@@ -30,7 +30,6 @@ __all__ = [
     "TAG",
     "Edit",
     "batch_size_of",
-    "check_at",
     "first_tensor",
     "place",
     "place_all",
@@ -59,17 +58,6 @@ def resolve(model: nn.Module, select: Selector, argument: str) -> list[tuple[str
     check_hookable(model, "model")
     warn_if_compiled(model, stacklevel=4)
     return choose_modules(model, select, argument)
-
-
-def check_at(at: object) -> str:
-    """Return `at` when it is "input" or "output".
-
-    Raises:
-        ValueError: any other value.
-    """
-    if at not in AT:
-        raise ValueError(f"at must be 'input' or 'output', got {at!r}")
-    return str(at)
 
 
 def first_tensor(value: Any) -> torch.Tensor | None:

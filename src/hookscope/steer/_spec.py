@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from .._check import checked, shown
 from .._io import load_bundle, save_bundle
 from .._schema import Json, ListOf, MapOf, Record, SchemaError, Str, check
 from ._intervene import Spec, as_items
@@ -24,6 +25,7 @@ _ENTRY = Record(type=Str(choices=sorted(INTERVENTIONS)), fields=MapOf(Json()), t
 _DOCUMENT = Record(spec=MapOf(ListOf(_ENTRY)))
 
 
+@checked()
 def save(path: str | os.PathLike[str], spec: Spec) -> Path:
     """Save `spec` (`{site: intervention or [interventions]}`) to `path` (safetensors + JSON, written atomically).
 
@@ -33,7 +35,7 @@ def save(path: str | os.PathLike[str], spec: Spec) -> Path:
     tensors: dict[str, torch.Tensor] = {}
     document: dict[str, list[dict[str, object]]] = {}
     if not isinstance(spec, dict) or not spec:
-        raise TypeError(f"spec must be a non-empty dict {{site: intervention or [interventions]}}, got {spec!r}")
+        raise TypeError(f"spec must be a non-empty dict {{site: intervention or [interventions]}}, got {shown(spec)}")
     for site, value in spec.items():
         if not isinstance(site, str):
             raise TypeError(f"spec keys must be site paths (str), got {site!r}")
@@ -59,6 +61,7 @@ def _entry(item: Intervention, prefix: str, tensors: dict[str, torch.Tensor]) ->
     return {"type": type(item).__name__, "fields": fields, "tensors": names}
 
 
+@checked()
 def load(path: str | os.PathLike[str]) -> dict[str, list[Intervention]]:
     """Load a spec saved by `save`: `{site: [interventions]}`, all checked before any is returned.
 

@@ -7,15 +7,17 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .._check import checked, one_of
 from ..hooks._select import Selector
 from ._record import record
-from ._sites import check_at, run_model
+from ._sites import AT, run_model
 
 __all__ = ["steering_vector"]
 
 METHODS = ("mean_diff", "pca")
 
 
+@checked(at=one_of(AT), method=one_of(METHODS))
 def steering_vector(
     model: nn.Module,
     positive: Any,
@@ -48,11 +50,6 @@ def steering_vector(
     Raises:
         ValueError: `method` is unknown, `position` is out of range, or `"pca"` gets unpaired inputs.
     """
-    check_at(at)
-    if method not in METHODS:
-        raise ValueError(f"method must be 'mean_diff' or 'pca', got {method!r}")
-    if isinstance(position, bool) or not isinstance(position, int):
-        raise TypeError(f"position must be an int (a position along dim 1; -1 is the last), got {position!r}")
     positives = _activations(model, positive, select, at, position)
     negatives = _activations(model, negative, select, at, position)
     vectors = {}
