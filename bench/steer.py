@@ -4,7 +4,8 @@ TransformerLens 4.3's HF bridge, on one GPT-2 built from a config (random weight
 Every method sweeps the same cells (each block's output x each position), in this one process, interleaved in
 rounds (A B C D ... A B C D) after a warm-up, so machine drift hits all of them alike. Each round times one whole
 sweep per method (recording the clean run included); the table gives the median time, its ratio to hookscope's,
-and the peak memory the sweep added, measured in one more sweep apart from the timed ones: on CUDA,
+and the process CPU time's ratio (steadier than wall time on a shared
+machine), and the peak memory the sweep added, measured in one more sweep apart from the timed ones: on CUDA,
 `torch.cuda.max_memory_allocated` above what was allocated before; on the CPU, the peak resident set size sampled
 every millisecond by a thread, above the RSS before (a coarse figure: memory the allocator kept from an earlier
 sweep is not counted again). Every method's effects are checked against hookscope's (the largest absolute
@@ -247,14 +248,16 @@ def measure(sweeps: dict[str, Sweep], rounds: int, device: str) -> dict[str, dic
         if not differences[name] <= TOLERANCE:
             raise SystemExit(f"{name}: effects disagree with hookscope's: max |difference| {differences[name]}")
     times: dict[str, list[float]] = {name: [] for name in sweeps}
+    cpu: dict[str, list[float]] = {name: [] for name in sweeps}
     for _ in range(rounds):
         for name, sweep in sweeps.items():
             gc.collect()
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             sweep()
             if device.startswith("cuda"):
                 torch.cuda.synchronize()
             times[name].append(time.perf_counter() - start)
+            cpu[name].append(time.process_time() - start_cpu)
     peaks = {}
     for name, sweep in sweeps.items():  # apart from the timed rounds: the sampling thread would slow them
         with PeakMemory(device) as memory:
@@ -265,6 +268,8 @@ def measure(sweeps: dict[str, Sweep], rounds: int, device: str) -> dict[str, dic
         name: {
             "median_s": statistics.median(times[name]),
             "ratio_to_hookscope": statistics.median(times[name]) / base,
+            "median_cpu_s": statistics.median(cpu[name]),
+            "cpu_ratio_to_hookscope": statistics.median(cpu[name]) / statistics.median(cpu["hookscope"]),
             "peak_bytes": peaks[name],
             "max_abs_difference": differences[name],
         }
@@ -274,12 +279,14 @@ def measure(sweeps: dict[str, Sweep], rounds: int, device: str) -> dict[str, dic
 
 def table(rows: dict[str, dict[str, Any]], cells: int) -> str:
     lines = [
-        f"| method ({cells} cells) | median sweep (s) | time vs hookscope | peak memory added (MiB) | max abs diff |",
-        "| --- | ---: | ---: | ---: | ---: |",
+        f"| method ({cells} cells) | median sweep (s) | time vs hookscope | CPU time vs hookscope | peak memory added "
+        "(MiB) | max abs diff |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name, row in rows.items():
         lines.append(
-            f"| {name} | {row['median_s']:.3f} | {row['ratio_to_hookscope']:.2f}x | {row['peak_bytes'] / 2**20:.1f} "
+            f"| {name} | {row['median_s']:.3f} | {row['ratio_to_hookscope']:.2f}x "
+            f"| {row['cpu_ratio_to_hookscope']:.2f}x | {row['peak_bytes'] / 2**20:.1f} "
             f"| {row['max_abs_difference']:.1e} |"
         )
     return "\n".join(lines)
