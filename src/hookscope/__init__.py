@@ -161,6 +161,7 @@ SUBPACKAGES = (
     "reducers",
     "report",
     "stats",
+    "steer",
     "summary",
     "watch",
     "weights",

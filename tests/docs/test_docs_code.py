@@ -123,6 +123,7 @@ def test_every_page_is_in_the_navigation() -> None:
         "distributed",
         "compile",
         "mixed-precision",
+        "steering",
     ],
 )
 def test_each_area_has_a_guide_with_running_code(guide: str) -> None:
