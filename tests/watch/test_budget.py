@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -141,3 +142,17 @@ def test_steps_not_measured_are_counted_and_record_nothing() -> None:
     results = w.results()
     assert results.steps.tolist() == [0, 3, 6]
     assert results.meta["measured"]["every"] == 3 and results.meta["measured"]["recorded"] == 3
+
+
+def test_the_results_and_the_report_say_in_words_what_was_measured(tmp_path: Path) -> None:
+    from hookscope.report import write_report
+
+    model = nn.Sequential(nn.Linear(3, 3))
+    with watch(model, every=2) as w:
+        for _ in range(5):
+            model(torch.randn(2, 3)).sum().backward()
+    results = w.results()
+    words = results.measured_text()
+    assert words.startswith("Measured 1 step in 2 (every=2): 3 of 5 steps; hookscope took ")
+    page = write_report(tmp_path / "report", results)
+    assert "Measured 1 step in 2 (every=2): 3 of 5 steps" in Path(page).read_text(encoding="utf-8")

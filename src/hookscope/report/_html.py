@@ -147,7 +147,11 @@ def _overview(data: ReportData) -> str:
     images = "".join(figure_img(draw(), alt) for present, draw, alt in plots if present)
     if not images:
         images = "<p class='muted'>Nothing was recorded.</p>"
-    return f"<section id='overview'><h2>Overview</h2><p>{results.num_steps} recorded steps.</p>{images}</section>"
+    measured = text(results.measured_text())
+    return (
+        f"<section id='overview'><h2>Overview</h2><p>{results.num_steps} recorded steps. {measured}</p>"
+        f"{images}</section>"
+    )
 
 
 def _layers(data: ReportData) -> str:

@@ -191,6 +191,28 @@ class WatchResults:
 
         return results_html(self)
 
+    def measured_text(self) -> str:
+        """Which steps were measured, in words a user can check against `steps` ("" when `meta` does not say).
+
+        >>> measured = {"steps": 700, "budget": 0.03, "cost": 0.029, "recorded": 100}
+        >>> WatchResults(meta={"measured": measured}).measured_text()
+        'Measured 100 of 700 steps (1 step in 7) within a 3 % overhead budget; hookscope took 2.9 % of the step time.'
+        """
+        measured = self.meta.get("measured")
+        if not isinstance(measured, dict) or not measured.get("steps"):
+            return ""
+        steps, recorded, cost = measured["steps"], measured.get("recorded", self.num_steps), measured.get("cost")
+        share = f"; hookscope took {100 * cost:.2g} % of the step time" if isinstance(cost, float) else ""
+        if measured.get("budget") is not None:
+            rate = f" (1 step in {round(steps / recorded)})" if recorded else ""
+            return (
+                f"Measured {recorded:,} of {steps:,} steps{rate} within a {100 * measured['budget']:.3g} % overhead "
+                f"budget{share}."
+            )
+        every = measured.get("every", 1)
+        which = "every step" if every == 1 else f"1 step in {every} (every={every})"
+        return f"Measured {which}: {recorded:,} of {steps:,} steps{share}."
+
     def loss_logged(self) -> torch.Tensor:
         """(S,) bool: the steps whose loss was logged; elsewhere the loss is unknown (NaN), not non-finite.
 
