@@ -10,6 +10,8 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._text import strip_terminal_codes
+
 __all__ = ["ScriptEnd", "run_script"]
 
 
@@ -44,7 +46,7 @@ def run_script(script: Path, args: list[str]) -> ScriptEnd:
         return ScriptEnd("interrupted", 130, "KeyboardInterrupt")
     except Exception as err:
         _print_script_traceback(err, script)
-        return ScriptEnd("raised", 1, f"{type(err).__name__}: {err}")
+        return ScriptEnd("raised", 1, strip_terminal_codes(f"{type(err).__name__}: {err}"))
     finally:
         sys.argv = saved_argv
         sys.path[:] = saved_path

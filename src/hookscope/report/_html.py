@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .._text import display_name
+from .._text import display_name, strip_terminal_codes
 from ..stats import SMALL_BELOW
 from ._data import DOCUMENT_FILE, RESULTS_FILE, WEIGHTS_FILE, ReportData
 from ._escape import text
@@ -76,7 +76,7 @@ def _header(data: ReportData) -> str:
     status = str(meta.get("status", "completed"))
     banner = ""
     if status != "completed":
-        detail = f": {meta['error']}" if meta.get("error") else ""
+        detail = f": {strip_terminal_codes(str(meta['error']))}" if meta.get("error") else ""
         banner = (
             f'<p class="banner" id="status">The run did not complete ({text(status)}{text(detail)}). This report '
             f"covers the {data.results.num_steps} steps recorded until then.</p>"
@@ -190,7 +190,16 @@ def _layers(data: ReportData) -> str:
     if len(paths) > MAX_LAYERS:
         rest = ", ".join(display_name(path, NAME_WIDTH) for path in paths[MAX_LAYERS:])
         parts.append(f"<p class='muted'>{len(paths) - MAX_LAYERS} more layers not drawn: {text(rest)}.</p>")
-    return f"<section id='layers'><h2>Layers</h2>{''.join(parts) or '<p>No layers were watched.</p>'}</section>"
+    if not parts:
+        return "<section id='layers'><h2>Layers</h2><p>No layers were watched.</p></section>"
+    return f"<section id='layers'><h2>Layers</h2>{_CONTAINER_NOTE}{''.join(parts)}</section>"
+
+
+_CONTAINER_NOTE = (
+    "<p class='muted' id='containers'>A layer whose output is a tuple, list or dict (an LSTM's "
+    "<code>(output, (h, c))</code>, a transformer block's <code>(hidden, attention)</code>, a model output "
+    "object) is described by its first floating-point tensor only; the other tensors are not recorded.</p>"
+)
 
 
 def _sampled_note(statistics: dict[str, Any]) -> str:

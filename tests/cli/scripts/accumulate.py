@@ -13,7 +13,7 @@ data = torch.randn(10, 16, 4)
 targets = data.sum(-1, keepdim=True)
 
 total = 0.0
-for micro, (x, y) in enumerate(zip(data, targets)):
+for micro, (x, y) in enumerate(zip(data, targets, strict=True)):
     loss = nn.functional.mse_loss(model(x), y) / accumulation
     loss.backward()
     total += loss.item()
