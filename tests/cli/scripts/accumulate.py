@@ -7,7 +7,7 @@ import torch.nn as nn
 
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
-optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.02)
 accumulation = 4
 data = torch.randn(10, 16, 4)
 targets = data.sum(-1, keepdim=True)

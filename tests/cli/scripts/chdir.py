@@ -1,7 +1,9 @@
 """A script that changes its working directory (as Hydra-style and many research scripts do), then reads a file
-that sits next to it through `__file__`. Prints whether `__file__` is absolute and the file's first line."""
+that sits next to it through `__file__`. Prints whether `__file__` is absolute and the file's first line; with
+`--crash`, raises after training (its traceback names the script by its absolute path, as Python's does)."""
 
 import os
+import sys
 
 import torch
 import torch.nn as nn
@@ -22,3 +24,5 @@ for step in range(3):
     loss.backward()
     optimizer.step()
     print(f"step {step}: loss {loss.item():.6f}")
+if "--crash" in sys.argv:
+    raise RuntimeError("planted crash after the chdir")

@@ -1,5 +1,7 @@
-"""A long run: 3000 optimizer steps of a tiny regression, more than watch()'s default capacity of 1024 recorded
-steps. Prints every step's loss with six digits."""
+"""A long run: 1500 optimizer steps of a tiny regression (or `sys.argv[1]`), more than watch()'s default capacity
+of 1024 recorded steps. Prints every step's loss with six digits."""
+
+import sys
 
 import torch
 import torch.nn as nn
@@ -9,7 +11,7 @@ model = nn.Sequential(nn.Linear(2, 4), nn.Tanh(), nn.Linear(4, 1))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
 x = torch.randn(32, 2)
 y = x[:, :1] * 0.5 - x[:, 1:]
-steps = 3000
+steps = int(sys.argv[1]) if len(sys.argv) > 1 else 1500
 for step in range(steps):
     loss = nn.functional.mse_loss(model(x), y)
     optimizer.zero_grad()

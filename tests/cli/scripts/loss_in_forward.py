@@ -19,7 +19,8 @@ class Regressor(nn.Module):
 
 model = Regressor()
 optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-x, y = torch.randn(8, 32, 5), torch.randn(8, 32, 1)
+x = torch.randn(8, 32, 5)
+y = x @ torch.randn(5, 1)  # a target the model can learn
 
 for step in range(8):
     loss = model(x[step], y[step])
