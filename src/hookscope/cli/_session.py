@@ -9,13 +9,15 @@ Models never updated by an optimizer (a hand-written `p.data -= lr * p.grad`) st
 forward and its backward. Models that no backward ever reached are left out of the report, with a note.
 
 Losses: while `hookscope run` runs, `torch.autograd.backward` (what `loss.backward()` calls) is wrapped, so the
-loss is the tensor whose backward was called (a loss module, `F.cross_entropy`, any expression). It goes to the
-models whose outputs that backward reached, and is logged to a model when the model's optimizer steps: the sum of
-the losses backwarded into it since its previous step (a loss belongs to the first step that uses it: the
-generator's loss of a GAN also reaches the discriminator, but the generator's optimizer uses it first). With a
-closure, the step's loss is the closure's first one (what `step(closure)` returns). Without an optimizer, each
-backward's loss is logged at once. Nothing here may break the script: a failure inside these hooks is kept as a
-note for the report and printed once (raised when `HOOKSCOPE_STRICT=1`).
+loss is the tensor whose backward was called (a loss module, `F.cross_entropy`, any expression, or the model's own
+output when its forward computes the loss, as Hugging Face models do with `labels=`). It goes to the models whose
+outputs that backward reached, and is logged to a model when the model's optimizer steps: the sum of the losses
+backwarded into it since its previous step, also for the step that never came when a script ends
+mid-accumulation (a loss belongs to the first step that uses it: the generator's loss of a GAN also reaches the
+discriminator, but the generator's optimizer uses it first). With a closure, the step's loss is the closure's
+first one (what `step(closure)` returns). Without an optimizer, each backward's loss is logged at once. Nothing
+here may break the script: a failure inside these hooks is kept as a note for the report and printed once (raised
+when `HOOKSCOPE_STRICT=1`).
 """
 
 from __future__ import annotations
@@ -162,6 +164,10 @@ class RunSession:
             self._handles.pop().remove()
         for entry in self.watched:
             try:
+                if entry.pending:  # backwarded into a step that never came (a run ended mid-accumulation)
+                    values = [loss.value for loss in entry.pending]
+                    self._log_loss(entry, sum(values[1:], values[0]))
+                    entry.pending = []
                 entry.watcher.detach()
             except Exception as err:
                 self._note(f"stopping the watch on {entry.name} failed: {err}")

@@ -5,9 +5,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 torch.manual_seed(0)
-config = GPT2Config(
-    vocab_size=64, n_positions=16, n_embd=16, n_layer=2, n_head=2, bos_token_id=0, eos_token_id=0
-)
+config = GPT2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=2, n_head=2, bos_token_id=0, eos_token_id=0)
 model = GPT2LMHeadModel(config)
 model.train()
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
