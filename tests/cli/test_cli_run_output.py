@@ -203,4 +203,4 @@ def test_on_a_terminal_the_status_line_shows_steps_loss_and_the_scripts_lines_st
     assert "\r\x1b[Khookscope: Sequential step 1 · loss " in text
     for step in range(5):  # each of the script's lines starts a line of its own, whole
         assert re.search(rf"(^|\r\n|\x1b\[K)line {step}\r\n", text), text
-    assert text.rstrip().endswith(f"hookscope: report written to {tmp_path / 'out' / 'report.html'}")
+    assert text.rstrip().endswith(f"hookscope: report written to {Path('out', 'report.html')}")  # from tmp_path

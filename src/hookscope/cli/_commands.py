@@ -99,7 +99,7 @@ def _folder_order(sub: Path) -> tuple[int, str]:
 def run_run_command(args: argparse.Namespace) -> int:
     """`hookscope run script.py ...`: run the script watched, write the report however it ends."""
     from ._progress import StatusLine, is_terminal
-    from ._report import write_run_reports
+    from ._report import shown_path, write_run_reports
     from ._script import run_script
     from ._session import RunSession
 
@@ -138,7 +138,7 @@ def run_run_command(args: argparse.Namespace) -> int:
     except MissingExtraError as err:  # the data is saved; the script's own failure outranks the missing page
         print(f"hookscope: error: {err}", file=sys.stderr)
         return end.exit_code or EXIT_MISSING_EXTRA
-    print(f"hookscope: report written to {page}", file=sys.stderr)
+    print(f"hookscope: report written to {shown_path(page)}", file=sys.stderr)
     return end.exit_code
 
 

@@ -15,7 +15,7 @@ from ..watch import WatchResults
 from ._errors import require_extra
 from ._session import RunSession, WatchedModel
 
-__all__ = ["remove_previous", "write_run_reports"]
+__all__ = ["remove_previous", "shown_path", "write_run_reports"]
 
 
 def write_run_reports(out: Path, session: RunSession, meta: dict[str, Any]) -> Path:
@@ -43,12 +43,24 @@ def write_run_reports(out: Path, session: RunSession, meta: dict[str, Any]) -> P
         for index, entry in enumerate(session.watched, start=1):
             folder = out if len(session.watched) == 1 else out / f"{index}-{safe_filename(entry.name)}"
             folders.append((entry.name, _save_one(folder, entry, meta, notes)))
-    where, redraw = (out, f"hookscope report {out}") if len(folders) == 1 else (f"{out}/*/", "hookscope report on each")
+    shown = shown_path(out)
+    where, redraw = (
+        (shown, f"hookscope report {shown}") if len(folders) == 1 else (f"{shown}/*/", "hookscope report on each")
+    )
     require_extra("plot", f"the data is saved in {where}, but drawing report.html", then=redraw)
     pages = [(name, render_report(folder)) for name, folder in folders]
     if len(pages) == 1:
         return pages[0][1]
     return write_index(out, [(name, page.relative_to(out)) for name, page in pages], meta)
+
+
+def shown_path(path: Path) -> Path:
+    """`path` as the user reads it: relative to the working directory when inside it (`hookscope run` is back
+    where it started when it writes), else absolute."""
+    try:
+        return path.relative_to(Path.cwd())
+    except ValueError:
+        return path
 
 
 def remove_previous(out: Path) -> None:

@@ -156,8 +156,13 @@ def remove_report(out_dir: str | os.PathLike[str]) -> list[Path]:
     A folder is a report's when its `report.json` is one hookscope wrote (its metadata names the hookscope
     version): then `report.html`, `results.safetensors`, `report.json` and `weights.safetensors` go. An index
     page (`write_index`) is recognised by its title. Any other file, and the folder itself, stay.
+
+    Raises:
+        ValueError: `out_dir` is a file.
     """
     folder = Path(out_dir)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"out_dir must be a report folder, got the file {str(folder)!r}")
     names: tuple[str, ...] = ()
     if _is_report_data(folder / DOCUMENT_FILE):
         names = (REPORT_FILE, RESULTS_FILE, DOCUMENT_FILE, WEIGHTS_FILE)
