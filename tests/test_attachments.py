@@ -94,6 +94,13 @@ class _Counter(Callback):
         self.events.append("step")
 
 
+def _attached_watch(model: Model, optimizer: Optimizer) -> Any:
+    """A watch attached in a plain loop: the `Watch` itself is the handle (`remove()`, `with`)."""
+    watched = hookscope.watch(model, optimizer)
+    watched.attach()
+    return watched
+
+
 def _observe(*args: Any) -> None:
     return None
 
@@ -176,6 +183,7 @@ ATTACHMENTS: dict[str, Attachment] = {
     "HookCallback.attach": Attachment(lambda m, o: HookCallback(hook=_observe).attach(m, o)),
     "ActivationStats.attach": Attachment(lambda m, o: hookscope.ActivationStats().attach(m, o)),
     "Watch.attach": Attachment(lambda m, o: hookscope.watch(m, o).attach()),
+    "watch": Attachment(lambda m, o: _attached_watch(m, o)),
 }
 
 _MODULE_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")

@@ -33,7 +33,7 @@ from hookscope.reducers import StatsReducer
 
 PACKAGES = ("hooks", "monitors", "reducers", "weights", "callbacks", "watch", "report", "plot", "distributed")
 """Subpackages whose whole `__all__` is checked (doctor and summary: their entry points in hookscope.__all__ and
-in `hookscope.MOVED`, the names that left the top level for their subpackage)."""
+in `hookscope.ELSEWHERE`, the names that left the top level for their subpackage)."""
 
 EXCLUDED: dict[str, str] = {
     **dict.fromkeys(
@@ -343,7 +343,7 @@ def entry_points() -> dict[str, Any]:
         for namespace in map(importlib.import_module, ["hookscope", *(f"hookscope.{name}" for name in PACKAGES)])
         for name in namespace.__all__
     ]
-    moved = [(name, getattr(importlib.import_module(home), name)) for name, home in hookscope.MOVED.items()]
+    moved = [(name, getattr(importlib.import_module(home), name)) for name, home in hookscope.ELSEWHERE.items()]
     for name, value in exported + moved:
         if callable(value) and not (isinstance(value, type) and issubclass(value, BaseException)):
             found.setdefault(name, value)
@@ -495,6 +495,6 @@ def test_the_exclusions_are_few_and_still_exported() -> None:
         name
         for module in ["hookscope", *(f"hookscope.{p}" for p in PACKAGES)]
         for name in importlib.import_module(module).__all__
-    } | set(hookscope.MOVED)
+    } | set(hookscope.ELSEWHERE)
     assert set(EXCLUDED) <= exported and len(EXCLUDED) <= 25
     assert len(list(cases())) >= 300, len(list(cases()))

@@ -1,10 +1,11 @@
-"""One loading convention: `X.load(path)` is a classmethod that returns a new object; restoring into an existing
-object is `obj.load_state_dict(state)` or `hookscope.load_state(path, obj)`."""
+"""One loading convention: `X.load(path)` on a class returns a new object; on an object it restores the file into it,
+in place, as the seed's `load` did (the same as `hookscope.load_state(path, obj)` and `obj.load_state_dict`)."""
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import warnings
 from pathlib import Path
 
 import pytest
@@ -57,15 +58,19 @@ def test_reducer_load_is_a_classmethod_building_the_saved_type_and_config(name: 
         assert_same_state(loaded.state_dict(), saved.state_dict())
 
 
-def test_load_on_an_instance_raises_naming_both_fixes(tmp_path: Path) -> None:
+def test_load_on_an_instance_restores_in_place_as_the_seed_did(tmp_path: Path) -> None:
     reducer = _pushed("stats")
     path = reducer.save(tmp_path / "r.safetensors")
     fresh = StatsReducer(near_zero=0.25)
-    with pytest.raises(TypeError, match=r"use r = StatsReducer\.load\(path\) or hookscope\.load_state\(path, r\)"):
-        fresh.load(path)
-    assert fresh.pushes == 0
-    hookscope.load_state(path, fresh)  # the in-place restore reads the reducer's own kind of file
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert fresh.load(path) is None
     assert_same_state(fresh.state_dict(), reducer.state_dict())
+    again = StatsReducer(near_zero=0.25)
+    hookscope.load_state(path, again)  # the same restore, through the one loading function
+    assert_same_state(again.state_dict(), reducer.state_dict())
+    with pytest.raises(ValueError, match="near_zero"):
+        StatsReducer(near_zero=0.5).load(path)  # another configuration is refused, as load_state_dict refuses it
 
 
 def test_reducer_load_refuses_another_type_and_foreign_type_names(tmp_path: Path) -> None:
@@ -84,34 +89,32 @@ def test_reducer_load_refuses_another_type_and_foreign_type_names(tmp_path: Path
         Reducer.load(bad)
 
 
-def test_monitor_and_pool_load_are_deprecated_in_place_restores(tmp_path: Path) -> None:
+def test_monitor_and_pool_load_restore_in_place_without_a_warning(tmp_path: Path) -> None:
     layer = nn.Linear(2, 2)
     monitor = OutputMonitor(StatsReducer(), module=layer)
     layer(torch.ones(3, 2))
     path = monitor.save(tmp_path / "m.safetensors")
     restored = OutputMonitor(StatsReducer())
-    with pytest.warns(
-        FutureWarning, match=r"OutputMonitor.load\(path\) is deprecated.*hookscope.load_state\(path, m\)"
-    ):
-        restored.load(path)
-    assert restored.counts == monitor.counts
-    again = OutputMonitor(StatsReducer())
-    hookscope.load_state(path, again)
-    assert again.counts == monitor.counts
-    monitor.deregister()
     model = nn.Sequential(nn.Linear(2, 2))
     pool = MonitorPool(OutputMonitor.partialconstructor(StatsReducer()), model)
     model(torch.ones(1, 2))
     pool_path = pool.save(tmp_path / "p.safetensors")
     copy = MonitorPool(OutputMonitor.partialconstructor(StatsReducer()), nn.Sequential(nn.Linear(2, 2)))
-    with pytest.warns(FutureWarning, match=r"MonitorPool.load\(path\) is deprecated"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        restored.load(path)
         copy.load(pool_path)
+    assert restored.counts == monitor.counts and restored.counts["recorded"] == 1
     assert copy["0"].counts == pool["0"].counts
+    again = OutputMonitor(StatsReducer())
+    hookscope.load_state(path, again)
+    assert again.counts == monitor.counts
+    monitor.deregister()
     pool.deregister()
     copy.deregister()
 
 
-DEPRECATED_IN_PLACE = {Monitor, MonitorPool}  # cannot be rebuilt from a file; `load` warns and goes next release
+IN_PLACE_ONLY = {Monitor, MonitorPool}  # cannot be rebuilt from a file: `load` restores into an existing one
 
 
 def _public_classes() -> dict[str, type]:
@@ -127,12 +130,12 @@ def _public_classes() -> dict[str, type]:
     return found
 
 
-def test_every_public_load_is_a_classmethod_or_a_deprecated_in_place_restore() -> None:
+def test_every_public_load_is_a_class_loader_or_an_in_place_restore() -> None:
     with_load = {name: cls for name, cls in _public_classes().items() if hasattr(cls, "load")}
     assert {"hookscope.reducers.StatsReducer", "hookscope.watch.WatchResults"} <= set(with_load)
     for name, cls in with_load.items():
         static = inspect.getattr_static(cls, "load")
-        if any(issubclass(cls, old) for old in DEPRECATED_IN_PLACE):
-            assert "Deprecated" in (static.__doc__ or ""), name
+        if any(issubclass(cls, old) for old in IN_PLACE_ONLY):
+            assert "in place" in (static.__doc__ or ""), name
         else:
             assert isinstance(static, (classmethod, class_loader)), name

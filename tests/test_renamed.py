@@ -1,10 +1,10 @@
-"""One selection keyword, `select`, in every signature of ours; the old keywords still work, with a warning.
+"""One selection keyword, `select`, in every signature of ours; the seed's keywords work beside it, without a warning.
 
-`RENAMED` lists every entry point whose selection argument was renamed, with the old name and a call that
-reads back which layers it chose. Each must choose the layers a naive path filter expects with `select=`,
-give the same result with the old keyword and a `FutureWarning`, and refuse both together with a `TypeError`
-that names both. fastai's vocabulary keeps fastai's names (`hook_outputs(modules)`, `Hooks(ms)`,
-`HookCallback(modules=)`, `ActivationStats(modules=)`).
+`RENAMED` lists every entry point whose selection argument the seed named otherwise (`layer_names`, `layer_types`,
+`selector`), with that name and a call that reads back which layers it chose. Each must choose the layers a naive
+path filter expects with `select=`, give the same result, with no warning, under the seed's keyword, and refuse
+both together with a `TypeError` that names both. fastai's vocabulary keeps fastai's names (`hook_outputs(modules)`,
+`Hooks(ms)`, `HookCallback(modules=)`, `ActivationStats(modules=)`).
 """
 
 from __future__ import annotations
@@ -156,18 +156,19 @@ def test_select_chooses_what_a_path_filter_chooses(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", list(RENAMED))
-def test_the_old_keyword_warns_and_gives_the_same_result(name: str) -> None:
+def test_the_seeds_keyword_gives_the_same_result_without_a_warning(name: str) -> None:
     old, call, _ = RENAMED[name]
     new = call(_model(), select="2")
-    with pytest.warns(FutureWarning, match=rf"^{old}= is renamed select=; {old}= will be removed"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         again = call(_model(), **{old: "2"})
     assert again == new
 
 
 @pytest.mark.parametrize("name", list(RENAMED))
-def test_the_old_and_the_new_keyword_together_are_refused(name: str) -> None:
+def test_the_seeds_and_the_new_keyword_together_are_refused(name: str) -> None:
     old, call, _ = RENAMED[name]
-    with pytest.raises(TypeError, match=rf"got both {old}= and select=; {old}= is the old name of select="):
+    with pytest.raises(TypeError, match=rf"got both {old}= and select=; {old}= is another name of select="):
         call(_model(), **{old: "2", "select": "2"})
 
 

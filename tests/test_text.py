@@ -89,7 +89,7 @@ def test_wrapped_lines_fit_and_keep_every_short_word(words: list[str], width: in
     assert [w for w in joined if ELLIPSIS not in w] == short  # the long ones are shortened, in place
 
 
-@pytest.mark.parametrize("module", ["hookscope._text", "hookscope.watch._activity", "hookscope.plot._base"])
+@pytest.mark.parametrize("module", ["hookscope._text", "hookscope.results._activity", "hookscope.plot._base"])
 def test_docstring_examples_run(module: str) -> None:
     result = doctest.testmod(importlib.import_module(module))
     assert result.attempted > 0 and result.failed == 0

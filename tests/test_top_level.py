@@ -1,5 +1,5 @@
-"""The top level: `hookscope.__all__` is the documented list, and every name that left it still imports, with a
-FutureWarning naming its new home, as the same object its subpackage exports."""
+"""The top level: `hookscope.__all__` is the documented list, and every name the seed had at the top level that lives
+in a subpackage now still imports from `hookscope`, without a warning, as the same object its subpackage exports."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 import hookscope
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "reference" / "hookscope.md"
-BEFORE = 79  # top-level names before the trim (0.1)
+BEFORE = 78  # the seed's top-level names (its __all__), all still importable from hookscope
 
 
 def _tables() -> tuple[list[str], dict[str, str]]:
@@ -33,13 +33,13 @@ def _tables() -> tuple[list[str], dict[str, str]]:
 def test_all_is_the_documented_list() -> None:
     kept, moved = _tables()
     assert sorted(kept) == sorted(hookscope.__all__) and len(kept) == len(set(kept))
-    assert moved == hookscope.MOVED
-    assert len(hookscope.__all__) + len(hookscope.MOVED) == BEFORE  # nothing was dropped, only moved
+    assert moved == hookscope.ELSEWHERE
+    assert len(hookscope.__all__) + len(hookscope.ELSEWHERE) == BEFORE  # nothing the seed had was dropped
 
 
 def test_dir_lists_the_kept_names_and_subpackages_only() -> None:
     listed = set(dir(hookscope))
-    assert set(hookscope.__all__) <= listed and not listed & set(hookscope.MOVED)
+    assert set(hookscope.__all__) <= listed and not listed & set(hookscope.ELSEWHERE)
     assert listed == set(hookscope.__all__) | set(hookscope.SUBPACKAGES)
     for name in hookscope.__all__:
         with warnings.catch_warnings():
@@ -47,16 +47,21 @@ def test_dir_lists_the_kept_names_and_subpackages_only() -> None:
             getattr(hookscope, name)  # kept names never warn
 
 
-@pytest.mark.parametrize("name", sorted(hookscope.MOVED))
-def test_a_moved_name_warns_and_is_its_subpackages_object(name: str) -> None:
-    home = hookscope.MOVED[name]
+@pytest.mark.parametrize("name", sorted(hookscope.ELSEWHERE))
+def test_a_seed_name_imports_without_a_warning_as_its_subpackages_object(name: str) -> None:
+    home = hookscope.ELSEWHERE[name]
     assert name in importlib.import_module(home).__all__
-    with pytest.warns(FutureWarning, match=rf"hookscope\.{name} moved to {home}: use `from {home} import {name}`"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         value = getattr(hookscope, name)
-    assert value is getattr(importlib.import_module(home), name)
-    with pytest.warns(FutureWarning, match=f"from {home} import {name}"):
         exec(f"from hookscope import {name} as imported", namespace := {})
-    assert namespace["imported"] is value
+    assert value is getattr(importlib.import_module(home), name) and namespace["imported"] is value
+
+
+def test_a_name_no_seed_had_at_the_top_level_is_only_in_its_subpackage() -> None:
+    with pytest.raises(AttributeError, match="has no attribute 'HookFailureWarning'"):
+        hookscope.HookFailureWarning  # type: ignore[attr-defined]  # noqa: B018
+    assert "HookFailureWarning" in importlib.import_module("hookscope.hooks").__all__
 
 
 def test_an_unknown_name_is_an_attribute_error() -> None:

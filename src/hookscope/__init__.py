@@ -2,17 +2,17 @@
 
 The top level holds what a user types in the first hour: `watch`, `summary`, `diagnose`, the fastai vocabulary,
 the weight tools, the monitor and reducer classes, saving and merging. Everything else lives in its subpackage
-(`hookscope.hooks`, `hookscope.weights`, `hookscope.doctor`, `hookscope.summary` ...). Names that used to be here
-still import, with a `FutureWarning` naming their new home (`MOVED`).
+(`hookscope.hooks`, `hookscope.weights`, `hookscope.doctor`, `hookscope.summary` ...). The names the first releases
+(the seed) had here and that live in a subpackage now still import from here, without a warning (`ELSEWHERE`).
 """
 
 from __future__ import annotations
 
 import importlib
-import warnings
 from typing import Any
 
 from ._errors import HookscopeWarning
+from ._version import __version__
 from .callbacks import ActivationStats, Callback, HookCallback
 from .checkpoint import load_state, save_state
 from .doctor import diagnose, format_findings
@@ -60,8 +60,6 @@ from .weights import (
     print_weight_summary,
     restore_optimizer_step,
 )
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ActivationStats",
@@ -122,11 +120,10 @@ __all__ = [
     "watch",
 ]
 
-MOVED = {
+ELSEWHERE = {
     **dict.fromkeys(
         (
             "CompiledModelWarning",
-            "HookFailureWarning",
             "HookHandle",
             "HookInfo",
             "named_modules",
@@ -148,7 +145,8 @@ MOVED = {
     "ModelSummary": "hookscope.summary",
     "UnobservedModuleWarning": "hookscope.watch",
 }
-"""Names that were top-level before 0.2, and the subpackage each lives in now."""
+"""Names the seed had at the top level that live in a subpackage now (name -> that subpackage); they import from
+`hookscope` too, without a warning, but are not listed in `__all__`."""
 
 SUBPACKAGES = (
     "callbacks",
@@ -171,16 +169,10 @@ SUBPACKAGES = (
 
 
 def __getattr__(name: str) -> Any:
-    """Resolve a name moved to a subpackage, with a `FutureWarning` naming the import to use instead."""
-    home = MOVED.get(name)
+    """Resolve a name of the seed's top level that lives in a subpackage (`ELSEWHERE`)."""
+    home = ELSEWHERE.get(name)
     if home is None:
         raise AttributeError(f"module 'hookscope' has no attribute {name!r}")
-    warnings.warn(
-        f"hookscope.{name} moved to {home}: use `from {home} import {name}` (the top-level name will be removed in "
-        "the next release)",
-        FutureWarning,
-        stacklevel=2,
-    )
     return getattr(importlib.import_module(home), name)
 
 

@@ -16,7 +16,6 @@ import functools
 import inspect
 import math
 import typing
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
@@ -37,13 +36,13 @@ __all__ = [
     "PROBABILITY",
     "TIMEOUT",
     "Want",
+    "aliases",
     "between",
     "check_callable",
     "checked",
     "dims",
     "hint_for",
     "one_of",
-    "renamed",
     "shown",
 ]
 
@@ -167,12 +166,13 @@ def checked(**rules: Want | tuple[Want, ...]) -> Callable[[Callable[P, R]], Call
     return decorate
 
 
-def renamed(**old_names: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
-    """Keep accepting keyword arguments under their old names: `@renamed(layer_names="select")`.
+def aliases(**old_names: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Also accept keyword arguments under the names the first releases (the seed) gave them:
+    `@aliases(layer_names="select")`.
 
-    An old keyword is passed on under its new name with a `FutureWarning`; the old and the new name together
-    (by keyword, or the new one by position) raise `TypeError` naming both. Put it above `@checked()`, so the
-    checks and their messages use the new name.
+    Such a keyword is passed on under the current name, without a warning (a published signature does not go
+    away); the old and the current name together (by keyword, or the current one by position) raise `TypeError`
+    naming both. Put it above `@checked()`, so the checks and their messages use the current name.
     """
 
     def decorate(function: Callable[P, R]) -> Callable[P, R]:
@@ -188,19 +188,11 @@ def renamed(**old_names: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
                 if positions is None:
                     positions = _positions(function)
                 if new in kwargs or positions.get(new, len(args)) < len(args):
-                    raise TypeError(
-                        f"{owner}() got both {old}= and {new}=; {old}= is the old name of {new}=: pass only {new}="
-                    )
-                warnings.warn(
-                    f"{old}= is renamed {new}=; {old}= will be removed in a future release: write {owner}(..., "
-                    f"{new}=...)",
-                    FutureWarning,
-                    stacklevel=2,
-                )
+                    raise TypeError(f"{owner}() got both {old}= and {new}=; {old}= is another name of {new}=: pass one")
                 kwargs[new] = kwargs.pop(old)
             return function(*args, **kwargs)
 
-        wrapper.__hookscope_renamed__ = dict(old_names)  # type: ignore[attr-defined]
+        wrapper.__hookscope_aliases__ = dict(old_names)  # type: ignore[attr-defined]
         return wrapper
 
     return decorate
@@ -220,6 +212,7 @@ class _Plan:
         signature = inspect.signature(function)
         parameters = list(signature.parameters.values())
         self.owner = function.__qualname__.removesuffix(".__init__")
+        self.method = function.__name__ if parameters and parameters[0].name == "self" else None
         self.positional = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         self.var_positional = next((p.name for p in parameters if p.kind == p.VAR_POSITIONAL), None)
         self.var_keyword = next((p.name for p in parameters if p.kind == p.VAR_KEYWORD), None)
@@ -241,14 +234,18 @@ class _Plan:
         for name, value in kwargs.items():
             target = name if name in self.checks else self.var_keyword
             if target is None:
-                raise TypeError(self._unexpected(name))
+                raise TypeError(self._unexpected(name, args[0] if self.method and args else None))
             self._one(target, value, shown_as=name)
 
-    def _unexpected(self, name: str) -> str:
-        """The message for a keyword the function does not take: the closest ones it does take."""
+    def _unexpected(self, name: str, instance: object = None) -> str:
+        """The message for a keyword the function does not take: the closest ones it does take. A method names the
+        class of the object it was called on (a public subclass, not the private base that defines it)."""
         close = closest_names(name, [k for k in self.checks if k not in (self.var_positional, "self")], n=3)
         hint = f"; did you mean {' or '.join(f'{c}=' for c in close)}?" if close else ""
-        return f"{self.owner}() got an unexpected keyword argument {name!r}{hint}"
+        owner = self.owner
+        if instance is not None:
+            owner = type(instance).__name__ + ("" if self.method == "__init__" else f".{self.method}")
+        return f"{owner}() got an unexpected keyword argument {name!r}{hint}"
 
     def _one(self, name: str, value: Any, shown_as: str | None = None) -> None:
         annotation, test, wants = self.checks[name]

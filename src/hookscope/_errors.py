@@ -9,6 +9,7 @@ __all__ = [
     "CompiledModelWarning",
     "HookFailureWarning",
     "HookscopeWarning",
+    "TorchInternalsWarning",
     "UnobservedModuleWarning",
     "UserHookError",
     "closest_names",
@@ -37,6 +38,10 @@ class UserHookError(RuntimeError):
 
 class MergeWarning(HookscopeWarning):
     """Statistics merged across ranks were approximated or left out (the merged results' meta says which)."""
+
+
+class TorchInternalsWarning(HookscopeWarning):
+    """A private PyTorch API hookscope relies on changed in this torch release; the warning says what stops working."""
 
 
 class UnobservedModuleWarning(HookscopeWarning):

@@ -20,7 +20,18 @@ from typing import Any, TypeVar
 import torch
 import torch.nn as nn
 
-__all__ = ["Test", "article", "compile_test", "describe", "fits", "members", "number", "resolve", "types_in"]
+__all__ = [
+    "Test",
+    "UncheckedAnnotation",
+    "article",
+    "compile_test",
+    "describe",
+    "fits",
+    "members",
+    "number",
+    "resolve",
+    "types_in",
+]
 
 Test = Callable[[Any], bool]
 
@@ -31,7 +42,8 @@ def number(value: Any) -> bool:
 
 
 class _Lenient(dict[str, Any]):
-    """Resolve names as the module does; names only type checkers see (`if TYPE_CHECKING:` imports) read as Any."""
+    """Resolve names as the module does; a name the module does not define at run time (an `if TYPE_CHECKING:`
+    import) is refused: `resolve` raises `UncheckedAnnotation` rather than let any argument through."""
 
     def __init__(self, namespace: dict[str, Any]) -> None:
         super().__init__()
@@ -44,19 +56,32 @@ class _Lenient(dict[str, Any]):
             return getattr(builtins, key)
         if key.startswith("__"):
             raise KeyError(key)  # frame variables such as __tracebackhide__ are not type names
-        return Any
+        raise UncheckedAnnotation(key)
+
+
+class UncheckedAnnotation(TypeError):
+    """An annotation names something its module does not define at run time, so no argument can be checked
+    against it (a hookscope bug: import the name at run time, or annotate the parameter with `Any`)."""
 
 
 def resolve(annotation: Any, function: Callable[..., Any]) -> Any:
-    """The type an annotation (or its text) names in `function`'s module; `Any` when it cannot be read."""
+    """The type an annotation (or its text) names in `function`'s module.
+
+    Raises:
+        UncheckedAnnotation: the annotation names something the module defines only for type checkers.
+    """
     if annotation is inspect.Parameter.empty:
         return Any
     if isinstance(annotation, str):
         namespace = getattr(function, "__globals__", {})
         try:
             return eval(annotation, namespace, _Lenient(namespace))  # our own source text
-        except Exception:
-            return Any
+        except UncheckedAnnotation as err:
+            raise UncheckedAnnotation(
+                f"{function.__qualname__}: annotation {annotation!r} names {err.args[0]!r}, which "
+                f"{function.__module__} does not define at run time; import it there (not under TYPE_CHECKING) "
+                "or annotate the parameter with Any"
+            ) from None
     return annotation
 
 

@@ -35,7 +35,8 @@ from ._check import NON_NEGATIVE, TIMEOUT, Want, checked, one_of
 from ._errors import MergeWarning
 from .hooks import normalize_path
 from .reducers import StatsReducer
-from .stats import RECORD, combine_segments
+from .stats import NORM, RECORD, combine_norm_segments, combine_segments, local_part, norm_of, root_sum_squares
+from .stats import is_sharded as sharded_dtensor
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -180,7 +181,8 @@ def _padded(tensor: torch.Tensor) -> torch.Tensor:
 @checked(timeout=TIMEOUT)
 def norm_of_shards(local_square_sum: torch.Tensor, *, timeout: datetime.timedelta = DEFAULT_TIMEOUT) -> torch.Tensor:
     """The L2 norm of a tensor sharded over ranks, from each rank's sum of squares of its shard."""
-    return all_reduce(local_square_sum.double(), "sum", timeout=timeout).sqrt()
+    norms = torch.stack(all_gather(local_square_sum.double().sqrt(), timeout=timeout))  # (ranks, ...)
+    return root_sum_squares(norms, dim=0)
 
 
 _RECORDS = Want(
@@ -324,13 +326,7 @@ def merge_stats_reducer(reducer: StatsReducer, *, timeout: datetime.timedelta = 
 @checked()
 def is_sharded(tensor: torch.Tensor) -> bool:
     """Whether `tensor` is a DTensor with a sharded placement (an FSDP2 parameter or gradient)."""
-    placements = getattr(tensor, "placements", None)
-    return placements is not None and any(p.is_shard() for p in placements)
-
-
-def _local(tensor: torch.Tensor) -> torch.Tensor:
-    to_local = getattr(tensor, "to_local", None)
-    return to_local() if callable(to_local) and hasattr(tensor, "placements") else tensor
+    return sharded_dtensor(tensor)
 
 
 @checked()
@@ -349,29 +345,36 @@ def grad_reduction(model: nn.Module, optimizer: torch.optim.Optimizer | None = N
 
 
 @checked(timeout=TIMEOUT)
-def grad_norms(model: nn.Module, *, timeout: datetime.timedelta = DEFAULT_TIMEOUT) -> dict[str, torch.Tensor]:
-    """Return the L2 norm of every parameter's full gradient, by normalized name, the same on every rank.
+def grad_norms(
+    model: nn.Module, *, timeout: datetime.timedelta = DEFAULT_TIMEOUT
+) -> dict[str, dict[str, torch.Tensor]]:
+    """Return the norm of every parameter's full gradient, by normalized name, the same on every rank.
 
-    A collective: every rank must call it. Sharded (FSDP2) gradients combine as the square root of the ranks'
-    summed squares; other gradients are taken from the lowest rank that has one (after DDP's all-reduce they are
-    the same everywhere). Parameters without a gradient on every rank are left out. float64, on the CPU.
+    The norm is watch()'s (`hookscope.stats.norm_of`): `"norm"`, the L2 norm of the finite values, and
+    `"nonfinite"`, the count of NaN/Inf values, as in `WatchResults.param_grads[name]` (a gradient holding a NaN
+    keeps its norm and says it held one). A collective: every rank must call it. Sharded (FSDP2) gradients combine
+    over ranks (root of summed squares, counts summed); other gradients are taken from the lowest rank that has
+    one (after DDP's all-reduce they are the same everywhere). Parameters without a gradient on any rank are left
+    out. 0-d float64 tensors, on the CPU.
     """
     local: dict[str, tuple[bool, torch.Tensor]] = {}
     for name, param in model.named_parameters():
         if param.grad is not None:
-            square_sum = _local(param.grad).detach().double().square().sum().cpu()
-            local[normalize_path(name)] = (is_sharded(param.grad), square_sum)
+            local[normalize_path(name)] = (sharded_dtensor(param.grad), norm_of(local_part(param.grad)).cpu())
     names = union_keys(local, timeout=timeout)
-    packed = torch.tensor([float(local[n][1]) if n in local else math.nan for n in names], dtype=torch.float64)
+    absent = torch.full((len(NORM),), math.nan, dtype=torch.float64)
+    packed = torch.stack([local[n][1] if n in local else absent for n in names]) if names else absent[None, :0]
     flags = torch.tensor([local[n][0] if n in local else False for n in names], dtype=torch.float64)
     sharded = all_reduce(flags, "max", timeout=timeout)
-    stacked = torch.stack(all_gather(packed, timeout=timeout))  # (ranks, names)
+    stacked = torch.stack(all_gather(packed, timeout=timeout))  # (ranks, names, len(NORM))
     out = {}
     for j, name in enumerate(names):
-        column = stacked[:, j]
-        seen = column[~column.isnan()]
+        records = stacked[:, j]
+        seen = records[~records[:, 2].isnan()]
         if len(seen):
-            out[name] = (seen.sum() if sharded[j] > 0 else seen[0]).sqrt()
+            merged = combine_norm_segments(seen, torch.zeros(len(seen), dtype=torch.int64), 1)[0]
+            record = merged if sharded[j] > 0 else seen[0]
+            out[name] = {"norm": record[0].clone(), "nonfinite": record[1].clone()}
     return out
 
 

@@ -37,13 +37,13 @@ def _train(model: nn.Module, optimizer: torch.optim.Optimizer, w: object, steps:
 def test_g1_stopped_at_step_137_and_resumed_equals_the_uninterrupted_run(tmp_path: Path) -> None:
     model = _mlp()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    with watch(model, optimizer) as w:
+    with watch(model, optimizer, every=1) as w:
         _train(model, optimizer, w, range(200))
     whole = w.results()
 
     model = _mlp()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    with watch(model, optimizer) as w:
+    with watch(model, optimizer, every=1) as w:
         _train(model, optimizer, w, range(137))
         save_state(tmp_path / "watch.safetensors", w)
         torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, tmp_path / "train.pt")
@@ -53,7 +53,7 @@ def test_g1_stopped_at_step_137_and_resumed_equals_the_uninterrupted_run(tmp_pat
     saved = torch.load(tmp_path / "train.pt", weights_only=True)
     model.load_state_dict(saved["model"])
     optimizer.load_state_dict(saved["optimizer"])
-    resumed_watch = watch(model, optimizer)
+    resumed_watch = watch(model, optimizer, every=1)
     load_state(tmp_path / "watch.safetensors", resumed_watch)
     with resumed_watch as w:
         _train(model, optimizer, w, range(137, 200))

@@ -52,7 +52,7 @@ def check_entry(entry: dict[str, Any], outputs: list[torch.Tensor]) -> None:
     want = expected(values_of(*outputs), near_zero=0.05, signed=True)
     assert entry["mean"] == pytest.approx(want.mean, rel=1e-5, abs=1e-7)
     assert entry["std"] == pytest.approx(want.std, rel=1e-5, abs=1e-7)
-    assert entry["at_most_near_zero"] == pytest.approx(want.near_zero, abs=1e-7)
+    assert entry["near_zero"] == pytest.approx(want.near_zero, abs=1e-7)
     assert entry["sampled"] == 0.0
 
 

@@ -28,8 +28,8 @@ from hookscope.distributed import (
     merge_stats_reducer,
 )
 from hookscope.reducers import StatsReducer
+from hookscope.results import combine_results, merge_results
 from hookscope.watch import WatchResults, watch
-from hookscope.watch._merge import combine_results, merge_results
 
 
 def _model() -> nn.Sequential:
@@ -258,7 +258,8 @@ def test_outside_a_process_group_collectives_return_this_process_alone() -> None
     assert check_replicas(model) == []
     norms = grad_norms(model)
     assert list(norms) == ["0.weight", "0.bias", "2.weight", "2.bias"]
-    assert torch.allclose(norms["0.weight"], model[0].weight.grad.double().norm())
+    assert torch.allclose(norms["0.weight"]["norm"], model[0].weight.grad.double().norm())
+    assert float(norms["0.weight"]["nonfinite"]) == 0.0
     assert grad_reduction(model) == grad_reduction(model, torch.optim.SGD(model.parameters())) == GRAD_LOCAL
     reducer = StatsReducer(near_zero=0.5)
     reducer.push(_data())

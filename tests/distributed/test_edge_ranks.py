@@ -20,9 +20,9 @@ from hookscope.callbacks import ActivationStats
 from hookscope.callbacks._merge import merge_activation_stats
 from hookscope.distributed import check_replicas, grad_norms, merge_stats_reducer, union_keys
 from hookscope.reducers import StatsReducer
+from hookscope.results import merge_results
 from hookscope.stats import RECORD
 from hookscope.watch import WatchResults, watch
-from hookscope.watch._merge import merge_results
 from hookscope.weights import MaxNorm, register_constraint
 
 from .launch import run_ranks
@@ -197,7 +197,8 @@ def test_grad_norms_after_all_reduce_equal_the_whole_batch_gradient(ranks: list[
     for got in ranks:
         assert list(got["grad_norms"]) == ["0.weight", "0.bias", "2.weight", "2.bias"]
         for name, param in model.named_parameters():
-            assert torch.allclose(got["grad_norms"][name], param.grad.double().norm(), rtol=1e-5)
+            assert torch.allclose(got["grad_norms"][name]["norm"], param.grad.double().norm(), rtol=1e-5)
+            assert float(got["grad_norms"][name]["nonfinite"]) == 0.0
 
 
 def test_stats_reducers_merge_across_ranks_also_when_one_saw_nothing(ranks: list[dict[str, Any]]) -> None:

@@ -19,8 +19,8 @@ from hookscope.callbacks import ActivationStats
 from hookscope.callbacks._merge import merge_activation_stats
 from hookscope.distributed import GRAD_SHARDED, grad_norms, is_sharded
 from hookscope.hooks import register_post_accumulate_grad_hook
+from hookscope.results import merge_results
 from hookscope.watch import WatchResults, watch
-from hookscope.watch._merge import merge_results
 
 from .launch import run_ranks
 
@@ -74,7 +74,7 @@ def _body(rank: int, world: int) -> dict[str, Any]:
             shard_sums.setdefault(name, []).append(local.detach().double().square().sum())
 
         register_post_accumulate_grad_hook(param, hook)
-    local, stats, full_norms = _train(model, rank, world, grad_norms)
+    local, stats, full_norms = _train(model, rank, world, _full_norms)
     shards = WatchResults(
         steps=torch.arange(STEPS),
         param_grads={
@@ -96,6 +96,12 @@ def _body(rank: int, world: int) -> dict[str, Any]:
         "grad_norms": full_norms,
         "stats": merge_activation_stats(stats).state_dict(),
     }
+
+
+def _full_norms(model: nn.Module) -> dict[str, torch.Tensor]:
+    norms = grad_norms(model)
+    assert all(float(n["nonfinite"]) == 0.0 for n in norms.values())
+    return {name: n["norm"] for name, n in norms.items()}
 
 
 @pytest.fixture(scope="module")

@@ -37,7 +37,7 @@ def trained(
 ) -> WatchResults:
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     data = data or regression_batches()
-    with watch(model, optimizer, **options) as w:  # type: ignore[arg-type]
+    with watch(model, optimizer, **{"every": 1, **options}) as w:  # type: ignore[arg-type]
         for _ in range(steps):
             x, y = next(data)
             loss = loss_fn(model(x), y)

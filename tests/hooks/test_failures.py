@@ -19,7 +19,7 @@ from hookscope.monitors import OutputMonitor
 from hookscope.reducers import HistoryReducer
 from hookscope.stats import RecordTable
 from hookscope.watch import watch
-from hookscope.watch._recorder import Recorder
+from hookscope.watch._params import ParamRecorder
 from hookscope.weights import add_weight_distribution_monitor
 
 THIS_FILE = __file__
@@ -85,7 +85,7 @@ def test_strict_defaults_to_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_a_failing_event_of_the_watch_is_contained(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(Recorder, "record_param_grads", broken)  # runs at every optimizer step
+    monkeypatch.setattr(ParamRecorder, "record_grads", broken)  # runs at every optimizer step
     model = mlp()
     with warnings.catch_warnings(record=True) as caught, watch(model, strict=False) as w:
         warnings.simplefilter("always")

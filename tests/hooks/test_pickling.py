@@ -1,5 +1,6 @@
-"""`torch.save(model)`, `pickle` and `copy.deepcopy` of a model with any hookscope hook attached: they work, and the
-copy is inert (records nothing, writes nothing into the original's monitors) while computing what the model does."""
+"""`torch.save(model)`, `pickle` and `copy.deepcopy` of a model with any hookscope hook attached: they work, the copy
+computes what the model does, writes nothing into the original's records, and carries no hook of hookscope's (not
+even an inert one); the user's own hooks are copied as torch copies them."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import torch.nn as nn
 
 import hookscope
 from hookscope.callbacks import ActivationStats, Callback, HookCallback
-from hookscope.hooks import InertHook
+from hookscope.hooks import REGISTRY
+from hookscope.hooks._calls import CalledHook
 from hookscope.monitors import OutputGradMonitor, OutputMonitor, ParameterGradMonitor, StateMonitor
 from hookscope.reducers import HistoryReducer, StatsReducer
 from hookscope.weights import (
@@ -146,7 +148,9 @@ def step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor) -> torch
 def test_a_copy_of_a_hooked_model_works_and_is_inert(entry: str, how: str) -> None:
     model = nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 2))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model[0].register_forward_hook(user_hook)
     fingerprint, remove = ATTACH[entry](model, opt)
+    assert REGISTRY.handles()
     try:
         step(model, opt, torch.randn(4, 3))
         x = torch.randn(4, 3)
@@ -157,7 +161,24 @@ def test_a_copy_of_a_hooked_model_works_and_is_inert(entry: str, how: str) -> No
         twin_opt = torch.optim.SGD(twin.parameters(), lr=0.1)
         assert torch.equal(step(twin, twin_opt, x), expected)  # the copy computes what the model computes
         assert fingerprint() == before  # and wrote nothing into the original's records
-        hooks = [h for m in twin.modules() for d in (m._forward_hooks, m._forward_pre_hooks) for h in d.values()]
-        assert hooks and all(isinstance(h, InertHook) for h in hooks)
+        assert hook_tables(twin) == {"forward": [user_hook]}  # the user's hook only, ours left behind
+        assert not any("__reduce_ex__" in m.__dict__ for m in twin.modules())
     finally:
         remove()
+    assert not any("__reduce_ex__" in m.__dict__ for m in model.modules())  # nothing left once detached
+
+
+def user_hook(module: nn.Module, args: Any, output: Any) -> None:
+    """A user's own forward hook (module level, so it pickles)."""
+
+
+def hook_tables(model: nn.Module) -> dict[str, list[Any]]:
+    """Every hook in the model's modules' hook dicts and torch's side tables, by table, non-empty tables only."""
+    found: dict[str, list[Any]] = {}
+    for module in model.modules():
+        for name, table in vars(module).items():
+            if name.endswith(("_hooks", "_hooks_with_kwargs", "_hooks_always_called")) and isinstance(table, dict):
+                for hook in table.values():
+                    found.setdefault(name.removeprefix("_").removesuffix("_hooks"), []).append(hook)
+    assert not any(isinstance(h, CalledHook) for hooks in found.values() for h in hooks)
+    return found

@@ -8,6 +8,7 @@ import weakref
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.modules.module as module_globals
 
 from hookscope.hooks import (
     REGISTRY,
@@ -45,6 +46,43 @@ def test_list_hooks_lists_ours_and_counts_user_hooks() -> None:
     assert [r.is_hookscope for r in list_hooks(model)] == [False, False]
     user.remove()
     user_param.remove()
+
+
+def test_list_hooks_lists_every_kind_of_hook_anyone_placed() -> None:
+    """Every hook torch lets a user place, module, parameter and global (each `register_module_*` function of
+    torch.nn.modules.module), is listed as not hookscope's, and hookscope's own global hook as its own."""
+    model = _model()
+    placed = {  # kind -> torch's public registration, on the module, its weight, or for all modules
+        "forward_pre": lambda: model[0].register_forward_pre_hook(_noop),
+        "forward": lambda: model[0].register_forward_hook(_noop),
+        "backward_pre": lambda: model[0].register_full_backward_pre_hook(_noop),
+        "backward": lambda: model[0].register_full_backward_hook(_noop),
+        "tensor": lambda: model[0].weight.register_hook(_noop),
+        "post_accumulate_grad": lambda: model[0].weight.register_post_accumulate_grad_hook(_noop),
+        "global_forward_pre": lambda: module_globals.register_module_forward_pre_hook(_noop),
+        "global_forward": lambda: module_globals.register_module_forward_hook(_noop),
+        "global_backward_pre": lambda: module_globals.register_module_full_backward_pre_hook(_noop),
+        "global_backward": lambda: module_globals.register_module_full_backward_hook(_noop),
+        "global_buffer_registration": lambda: module_globals.register_module_buffer_registration_hook(_noop),
+        "global_module_registration": lambda: module_globals.register_module_module_registration_hook(_noop),
+        "global_parameter_registration": lambda: module_globals.register_module_parameter_registration_hook(_noop),
+    }
+    before = {(r.path, r.kind) for r in list_hooks(model)}  # what other tests left, if anything
+    handles = [register() for register in placed.values()]
+    try:
+        with scope():
+            register_global_module_hook("forward_pre", _noop, owner="me")
+            rows = [r for r in list_hooks(model) if (r.path, r.kind) not in before or r.is_hookscope]
+            theirs = sorted((r.path, r.kind) for r in rows if not r.is_hookscope)
+            ours = [(r.path, r.kind, r.owner) for r in rows if r.is_hookscope]
+        where = {"tensor": "0.weight", "post_accumulate_grad": "0.weight"}
+        expected = sorted((where.get(k, "<global>" if k.startswith("global_") else "0"), k) for k in placed)
+        assert theirs == expected
+        assert ours == [("<global>", "global_forward_pre", "me")]
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert {(r.path, r.kind) for r in list_hooks(model)} == before
 
 
 def test_remove_by_owner_tag_kind_and_path_glob() -> None:

@@ -69,14 +69,27 @@ def test_registering_twice_is_a_no_op_and_deregistering_twice_too() -> None:
     assert len(layer._forward_hooks) == 0 and not monitor.is_registered
 
 
-def test_registering_on_another_module_moves_the_monitor() -> None:
+def test_registering_on_another_module_is_refused_until_deregistered() -> None:
     first, second = nn.Linear(2, 2), nn.Linear(2, 2)
     monitor = OutputMonitor(HistoryReducer(), module=first)
+    with pytest.raises(RuntimeError, match=r"^OutputMonitor\(Monitor\) is already registered to a module so register"):
+        monitor.register(second)  # inferno's rule
+    assert monitor.module is first and len(first._forward_hooks) == 1 and len(second._forward_hooks) == 0
+    monitor.deregister()
     monitor.register(second)
     first(torch.ones(1, 2))
     second(torch.ones(1, 2))
     assert monitor.reducer.pushes == 1 and len(first._forward_hooks) == 0 and monitor.module is second
     monitor.detach()
+
+
+def test_a_monitor_nobody_keeps_is_freed_and_its_hooks_removed() -> None:
+    layer = nn.Linear(2, 2)
+    monitor = OutputMonitor(HistoryReducer(), module=layer)
+    assert len(layer._forward_hooks) == 1
+    alive = weakref.ref(monitor)
+    del monitor  # inferno's lifetime: the hook holds the monitor weakly, a finalizer removes the hook
+    assert alive() is None and len(layer._forward_hooks) == 0 and list_hooks(layer) == []
 
 
 def test_nested_monitors_leave_outer_ones_and_user_hooks_alone() -> None:
@@ -255,3 +268,30 @@ def test_a_monitor_dropped_by_its_user_is_freed_with_gc_disabled() -> None:
         assert [ref() for ref in alive] == [None] * 6
     finally:
         gc.enable()
+
+
+def test_the_base_monitor_places_inferno_prehook_and_posthook() -> None:
+    calls: list[str] = []
+
+    class Tracing(Monitor):
+        def before(self, module: nn.Module, args: Any) -> None:
+            calls.append("pre")
+
+    layer = nn.Linear(2, 2)
+    monitor = Tracing(HistoryReducer(), layer, prehook="before", posthook=lambda m, a, o: calls.append("post"))
+    layer(torch.ones(1, 2))
+    layer.eval()
+    monitor.eval_update = False
+    layer(torch.ones(1, 2))  # gated: neither hook runs in eval mode
+    assert calls == ["pre", "post"] and monitor.counts["gated"] == 2
+    monitor.deregister()
+    assert not layer._forward_hooks and not layer._forward_pre_hooks
+
+
+def test_prehook_and_posthook_are_refused_where_they_would_be_ignored() -> None:
+    with pytest.raises(TypeError, match=r"^prehook must be None for OutputMonitor, which places its own hooks"):
+        OutputMonitor(HistoryReducer(), prehook=lambda m, a: None)
+    with pytest.raises(ValueError, match=r"^posthook must name a method of Monitor, got 'regster'; did you mean"):
+        Monitor(HistoryReducer(), posthook="regster")
+    with pytest.raises(TypeError, match=r"^Monitor places no hook: Monitor is the base of InputMonitor"):
+        Monitor(HistoryReducer(), nn.Linear(1, 1))

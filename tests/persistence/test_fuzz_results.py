@@ -21,8 +21,8 @@ from schema_fuzz import DROP, EXTRA, Mutation, is_about, mutations
 from hookscope import watch
 from hookscope._io import SCHEMA_VERSION, load_bundle
 from hookscope._schema import Field, ListOf, Str
+from hookscope.results import SCHEMA
 from hookscope.watch import WatchResults
-from hookscope.watch._results import SCHEMA
 
 _OPTIONAL_DOCUMENT_KEYS = {"skipped_steps", "tensor_order"}  # files written before skipped_steps existed
 
@@ -57,8 +57,9 @@ def tensor_field(key: str) -> tuple[str, Field]:
     group, _, rest = key.partition("/")
     name, _, stat = rest.rpartition("/")
     if key == "steps" or group == "losses":
-        field = SCHEMA.fields[group]
-        return f"results.{group}", field.options[1] if group == "losses" else field  # type: ignore[attr-defined]
+        name = {"steps": "steps", "loss/loss": "losses", "loss/count": "loss_counts"}[rest or key]
+        field = SCHEMA.fields[name]
+        return f"results.{name}", field.options[1] if group == "losses" else field  # type: ignore[attr-defined]
     if group in ("activations", "output_grads", "param_grads"):
         return f"results.{group}[{name!r}][{stat!r}]", SCHEMA.fields[group].value.value  # type: ignore[attr-defined]
     if group == "update_ratios":

@@ -205,7 +205,7 @@ def test_a_state_from_another_model_leaves_the_watch_unchanged_and_training() ->
     before = mine.state_dict()
     with pytest.raises(ValueError, match=r"state must be saved from a watch of the same modules, got paths \['1.0'"):
         mine.load_state_dict(theirs.state_dict())
-    assert mine._batches == before["batches"] == 3 and mine._recorded == before["recorded"]
+    assert mine.stepper.state.batches == before["batches"] == 3 and mine.stepper.state.recorded == before["recorded"]
     _train(model, optimizer, 3)  # used to fail: "Sizes of tensors must match"
     mine.detach()
     assert mine.results().steps.tolist() == list(range(6))
@@ -229,7 +229,7 @@ def test_a_waiting_state_that_does_not_fit_the_modules_is_refused_at_attach() ->
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     with pytest.raises(ValueError, match="state must be saved from a watch of the same modules"):
         fresh.attach(model, optimizer)
-    assert not fresh.is_attached and fresh._batches == 0
+    assert not fresh.is_attached and fresh.stepper.state.batches == 0
     with fresh.attach(model, optimizer):  # the refused state is gone: a fresh start
         _train(model, optimizer, 2)
     assert fresh.results().steps.tolist() == [0, 1]

@@ -309,7 +309,7 @@ def train(spec: RealModel, *, steps: int = STEPS, fault: str | None = None, **wa
     gen = torch.Generator().manual_seed(1)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with watch(model, optimizer, **watch_options) as watcher:
+        with watch(model, optimizer, **{"every": 1, **watch_options}) as watcher:  # every step measured
             for step in range(steps):
                 if fault == "nan" and step == NAN_STEP:
                     plant_nan(spec, model)

@@ -96,3 +96,43 @@ def test_alpha_must_be_in_the_unit_interval(alpha: object, error: type[Exception
 def test_shape_policy_must_be_known() -> None:
     with pytest.raises(ValueError, match=r"on_shape_change must be one of \('drop', 'restart'\), got 'grow'"):
         CAReducer(on_shape_change="grow")
+
+
+@pytest.mark.parametrize(
+    ("step_time", "duration", "inclusive", "kept"),
+    [(1.0, 0.0, False, 1), (1.0, 0.0, True, 1), (0.5, 2.0, False, 4), (0.5, 2.0, True, 5), (0.3, 1.0, False, 4)],
+)
+def test_careducer_dump_is_the_running_average_over_the_last_duration(
+    step_time: float, duration: float, inclusive: bool, kept: int
+) -> None:
+    observations = _observations(3, 7, torch.float32)
+    average = CAReducer(step_time=step_time, duration=duration, inclusive=inclusive)
+    for observation in observations:
+        average.push(observation)
+    running = [torch.stack(observations[: k + 1]).double().mean(0) for k in range(len(observations))]  # naive
+    dumped = average.dump()
+    assert dumped is not None and dumped.shape == (kept, 3, 2)
+    torch.testing.assert_close(dumped.double(), torch.stack(running[-kept:]), rtol=1e-6, atol=1e-4)
+    assert average.config() == {
+        "on_shape_change": "drop", "step_time": step_time, "duration": duration, "inclusive": inclusive
+    }  # fmt: skip
+
+
+def test_careducer_history_survives_its_state_and_a_restart() -> None:
+    average = CAReducer("restart", step_time=1.0, duration=2.0)
+    for value in (1.0, 3.0, 5.0):
+        average.push(torch.full((2,), value))
+    copy = CAReducer("restart", step_time=1.0, duration=2.0)
+    copy.load_state_dict(average.state_dict())
+    torch.testing.assert_close(copy.dump(), average.dump())
+    average.push(torch.zeros(3))  # another shape: a new average, its history starts again
+    assert average.dump().shape == (1, 3) and average.dropped == 3  # type: ignore[union-attr]
+
+
+def test_careducer_refuses_bad_times_naming_the_public_class() -> None:
+    with pytest.raises(ValueError, match=r"^step_time must be a positive number \(the time between pushes\), got 0"):
+        CAReducer(step_time=0)
+    with pytest.raises(ValueError, match=r"^duration must be a number >= 0 .*got -1"):
+        CAReducer(duration=-1)
+    with pytest.raises(TypeError, match=r"^CAReducer\(\) got an unexpected keyword argument 'step'"):
+        CAReducer(step=1.0)  # type: ignore[call-arg]

@@ -262,8 +262,8 @@ def test_input_size_forms() -> None:
     assert by_list.input_shape == (torch.Size([4, 3]), torch.Size([4, 5])) and by_list.output_shape == (4, 2)
     by_dict = summary(two, input_size={"input1": (4, 3), "input2": (4, 5)})
     assert by_dict.total_flops == by_list.total_flops
-    alias = summary(LSTMTagger(), input_shape=(2, 3), dtypes=[torch.long])
-    assert alias.input_shape == torch.Size([2, 3]) and alias.output_shape[0] == (2, 3, 5)
+    tokens = summary(LSTMTagger(), input_size=(2, 3), dtypes=[torch.long])
+    assert tokens.input_shape == torch.Size([2, 3]) and tokens.output_shape[0] == (2, 3, 5)
 
 
 def test_meta_model_is_summarized_without_memory() -> None:
@@ -292,8 +292,6 @@ def test_argument_errors() -> None:
         summary(model, x, depth=-1)
     with pytest.raises(ValueError, match="pass either positional example inputs or input_size, got both"):
         summary(model, x, input_size=(2, 16))
-    with pytest.raises(ValueError, match="input_shape is an alias of input_size: give one, got both"):
-        summary(model, input_size=(2, 16), input_shape=(2, 16))
     with pytest.raises(ValueError, match=r"input_size must be a shape .*got \(2, -1\) for input 0"):
         summary(model, input_size=(2, -1))
     with pytest.raises(ValueError, match="input_size must be a shape .*got 'x'"):

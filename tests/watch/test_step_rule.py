@@ -276,7 +276,7 @@ def test_forwards_from_several_threads_are_all_counted(with_optimizer: bool) -> 
     model = nn.Sequential(nn.Linear(3, 64), nn.ReLU(), nn.Linear(64, 1))
     opt = frozen_sgd(model)
     inputs = [[torch.randn(8, 3) for _ in range(10)] for _ in range(4)]
-    with watch(model, opt if with_optimizer else None, select=["0", "2"], buffer_steps=4) as w:
+    with watch(model, opt if with_optimizer else None, select=["0", "2"], buffer_steps=4, every=1) as w:
         run_threads(model, inputs)
         opt.step()
     results = w.results()

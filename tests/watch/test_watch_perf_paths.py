@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 
 from hookscope.callbacks import HookCallback, LoopDriver
-from hookscope.watch import Watch, _step, watch
+from hookscope.watch import Watch, _recorder, watch
 from stats_oracle import auto_exponent, auto_histogram, expected, values_of
 
 LARGE = 1 << 15  # outputs with at least this many values take the large-tensor path
@@ -160,7 +160,7 @@ def test_sampled_unit_activity_converges_over_steps() -> None:
     model = nn.Sequential(nn.Linear(16, 1024), nn.ReLU())
     with torch.no_grad():
         model[0].bias[:100] = -100.0  # a hundred dead units
-    capture, w = Capture(["1"]), Watch(select=["1"])
+    capture, w = Capture(["1"]), Watch(select=["1"], every=1)
     with LoopDriver([capture, w], model):
         for _ in range(80):
             model(torch.randn(256, 16))
@@ -296,7 +296,7 @@ def test_small_tensors_of_many_steps_written_together_match_the_oracle_step_by_s
     read in the middle, a batch size that changes (new layouts) and one step with a large output."""
     torch.manual_seed(5)
     model, paths = nn.Sequential(nn.Linear(6, 12), nn.Tanh(), nn.Linear(12, 3)), ["0", "1", "2"]
-    w = watch(model, select=paths, buffer_steps=buffer_steps, exact=True)
+    w = watch(model, select=paths, buffer_steps=buffer_steps, exact=True, every=1)
     sizes = [4 + k % 3 for k in range(70)]
     sizes[40] = 3000  # 36000 values out of "0" and "1": the large path, in the middle of a pending batch
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
@@ -327,7 +327,7 @@ def test_small_tensors_of_many_steps_written_together_match_the_oracle_step_by_s
 def test_a_gradient_that_arrives_after_its_step_was_written_is_added_to_its_row_or_counted(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(_step, "PENDING_STEPS", 1)  # every step is written when it closes
+    monkeypatch.setattr(_recorder, "PENDING_STEPS", 1)  # every step is written when it closes
     torch.manual_seed(6)
     model = nn.Sequential(nn.Linear(3, 5))
     backward, w = GradCapture(["0"]), watch(model, select=["0"])

@@ -84,7 +84,7 @@ def test_skipped_steps_survive_save_load_and_state_dict(tmp_path: Path) -> None:
     fresh.load_state_dict(state)  # waits, whole, for the modules of the next attach
     model = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 1))
     fresh.attach(model, torch.optim.SGD(model.parameters(), lr=0.01)).detach()
-    assert fresh.results().skipped_steps == [0, 3] and fresh._optimizer_steps == 4
+    assert fresh.results().skipped_steps == [0, 3] and fresh.stepper.state.optimizer_steps == 4
 
 
 def test_scaler_arguments_are_checked() -> None:

@@ -203,7 +203,7 @@ def test_train_only_false_records_eval_forwards_as_steps() -> None:
 
 def test_many_steps_flush_through_small_buffers_and_thin_past_capacity() -> None:
     model = nn.Sequential(nn.Linear(2, 2))
-    with watch(model, buffer_steps=3, capacity=8) as w:
+    with watch(model, buffer_steps=3, capacity=8, every=1) as w:
         for i in range(20):
             model(torch.full((1, 2), float(i)))
     results = w.results()

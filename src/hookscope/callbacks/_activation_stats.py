@@ -12,27 +12,35 @@ import torch.nn as nn
 
 from .._check import FINITE, checked
 from .._errors import HookscopeWarning
+from .._schema import check
 from ..hooks import HookErrors, HookHandle, Selector, tensor_leaves
 from ..hooks._calls import contained
 from ..hooks._guards import check_real_device
 from ..hooks._tree import is_plain
 from ..stats import (
+    EXPONENT_NONE,
+    RECORD,
     SMALL_BELOW,
     STATISTICS,
     RecordTable,
     Sampler,
     Spec,
+    auto_edges,
     check_bins,
     check_range,
     describe,
     finalize,
+    fixed_edges,
+    on_widest_range,
 )
-from ._activation_reading import NEAR, ActivationReading
-from ._activation_state import STATE, activation_state, load_activation_state
+from ._activation_state import STATE
 from ._hook_callback import HookCallback, HookFunction
 from ._steps import ForwardFrames, Frame, uncounted
 
-__all__ = ["STATE", "ActivationStats", "RecordsDroppedWarning"]
+__all__ = ["NEAR", "STATE", "ActivationStats", "RecordsDroppedWarning"]
+
+NEAR = "near_zero"
+"""The key of fastai's signed near-zero fraction (`x <= near_zero`)."""
 
 FLUSH_RECORDS = 64
 """Records whose small outputs wait before they are described together."""
@@ -44,13 +52,13 @@ class RecordsDroppedWarning(HookscopeWarning):
     """Observations were not kept because a capacity was reached (they are counted in `dropped`)."""
 
 
-class ActivationStats(ActivationReading, HookCallback):
+class ActivationStats(HookCallback):
     """Record mean, std and fastai's near-zero fraction (and a histogram) of each module's output per batch.
 
     For every observed training batch and every observed module, `stats[k][j]` is a dict with `'mean'`,
-    `'std'` (Bessel's correction, 0 for a single value), `'at_most_near_zero'` (the fraction of finite output
-    values `x <= near_zero`: fastai's "% near zero", signed, so every negative value counts; the rest of
-    hookscope reports `near_zero`, the fraction with `|x| <= near_zero`) and `'sampled'` (the fraction of the
+    `'std'` (Bessel's correction, 0 for a single value), `'near_zero'` (fastai's key and rule: the fraction of
+    finite output values `x <= near_zero`, signed, so every negative value counts; watch() and the reducers
+    report the fraction with `|x| <= near_zero` under that name) and `'sampled'` (the fraction of the
     values whose statistics were estimated from a sample), plus `'hist'` with `with_hist=True`. Every statistic
     is the engine's (`hookscope.stats`): non-finite values are counted apart and never enter the others. A module
     called several times in one batch is described by all its outputs together; a module not called has NaN
@@ -81,6 +89,7 @@ class ActivationStats(ActivationReading, HookCallback):
         cpu: Move outputs to the CPU before computing the statistics (slower; default `False`).
         exact: Describe every value of large outputs (slower) instead of a sample.
         strict: Raise failures of its hooks instead of counting them; `None` reads `HOOKSCOPE_STRICT`.
+        include_paramless: With `modules=None`, also record the leaf modules without parameters, as fastai.
 
     Raises:
         ValueError: an argument is out of range (the message says which).
@@ -93,7 +102,7 @@ class ActivationStats(ActivationReading, HookCallback):
         ...     for _ in range(5):
         ...         model(torch.randn(16, 3)).sum().backward()
         >>> len(stats.stats), sorted(stats.stats[0][1])
-        (3, ['at_most_near_zero', 'mean', 'sampled', 'std'])
+        (3, ['mean', 'near_zero', 'sampled', 'std'])
     """
 
     @checked(near_zero=FINITE)
@@ -111,8 +120,9 @@ class ActivationStats(ActivationReading, HookCallback):
         cpu: bool = False,
         exact: bool = False,
         strict: bool | None = None,
+        include_paramless: bool = False,
     ) -> None:
-        super().__init__(modules, every, remove_end, True, detach, cpu)
+        super().__init__(modules, every, remove_end, True, detach, cpu, include_paramless)
         self.hist_range = check_range("hist_range", hist_range)
         self.hist_bins = check_bins("hist_bins", hist_bins, automatic=self.hist_range is None)
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
@@ -195,6 +205,7 @@ class ActivationStats(ActivationReading, HookCallback):
     @contained
     def on_batch_start(self, batch: int) -> None:
         """Open a record for an observed batch (or count it as dropped past `capacity`)."""
+        self.train_iter = batch
         if self.every is not None and batch % self.every != 0:
             return
         if self._records >= self.capacity:
@@ -238,7 +249,7 @@ class ActivationStats(ActivationReading, HookCallback):
             )
 
     def hook(self, m: nn.Module, i: Any, o: Any) -> Any:
-        """Return `{'mean', 'std', 'at_most_near_zero'}` (0-d float64 tensors on the output's device) of `o`."""
+        """Return `{'mean', 'std', 'near_zero'}` (0-d float64 tensors on the output's device) of `o`."""
         x = _first_float(o)
         if x is None:
             return None
@@ -320,11 +331,127 @@ class ActivationStats(ActivationReading, HookCallback):
         if self._table is not None:
             self._table.flush()
 
+    # ---- reading ---------------------------------------------------------------------------------------------
+    @property
+    def stats(self) -> list[list[dict[str, Any]]]:
+        """Per observed batch, per observed module (model order): `{'mean', 'std', 'near_zero', 'sampled'
+        (, 'hist')}` as floats (`'hist'`: a (bins,) tensor on the module's common range, `hist_edges(idx)`)."""
+        if self._cache is None:
+            self._cache = self._materialize()
+        return self._cache
+
+    def _statistics(self) -> torch.Tensor:
+        """(records, modules, len(STATISTICS)) float64 on the CPU; NaN where a module was not observed."""
+        self._settle()
+        table, shape = self._table, (self._records, len(self.paths))
+        if table is None or table.records is None:
+            return finalize(torch.zeros(*shape, len(RECORD), dtype=torch.float64))
+        return finalize(table.records[: self._records].cpu())
+
+    def _materialize(self) -> list[list[dict[str, Any]]]:
+        values = self._statistics()
+        # float64 to Python floats, exactly: a std of finite float32 or bf16 values can exceed the float32 maximum
+        columns = {name: values[..., STATISTICS.index(name)].tolist() for name in ("mean", "std", "sampled")}
+        columns[NEAR] = values[..., STATISTICS.index("near_zero")].tolist()
+        hists = self._hist_table() if self.with_hist else None
+        out = []
+        for k in range(self._records):
+            row = []
+            for j in range(len(self.paths)):
+                entry: dict[str, Any] = {name: column[k][j] for name, column in columns.items()}
+                if hists is not None:
+                    entry["hist"] = hists[j][0][k, : self.hist_bins]
+                row.append(entry)
+            out.append(row)
+        return out
+
+    def _hist_table(self) -> list[tuple[torch.Tensor, int]]:
+        """Per module: its (records, bins + 2) float64 counts on its common range, and that range's exponent."""
+        self._settle()
+        table, width = self._table, self.hist_bins + 2
+        if table is None or table.hists is None or table.exponents is None:
+            return [(torch.zeros(self._records, width, dtype=torch.float64), EXPONENT_NONE) for _ in self.paths]
+        hists, exponents = table.hists[: self._records].cpu(), table.exponents[: self._records].cpu()
+        out = []
+        for j in range(len(self.paths)):
+            widened, target = on_widest_range(hists[:, j], exponents[:, j])
+            counts = hists[:, j] if self.hist_range is not None else widened
+            out.append((counts, int(target)))
+        return out
+
+    def _index(self, idx: int) -> int:
+        modules = len(self.paths)
+        if isinstance(idx, bool) or not isinstance(idx, int) or not -modules <= idx < modules:
+            raise ValueError(f"idx must be an int in [-{modules}, {modules}) (one per observed module), got {idx!r}")
+        return idx % modules
+
+    def layer_stats(self, idx: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Return `(means, stds, near_zeros)` of module `idx` over the records, each (records,) float64.
+
+        Raises:
+            ValueError: `idx` is not the index of an observed module.
+        """
+        j = self._index(idx)
+        values = self._statistics()[:, j]
+        return tuple(values[:, STATISTICS.index(name)] for name in ("mean", "std", "near_zero"))  # type: ignore[return-value]
+
+    def hist_counts(self, idx: int) -> torch.Tensor:
+        """Return the (records, bins + 2) float64 histogram counts of module `idx` on its common range (`hist_edges`):
+        the bins, then the values below and above a fixed `hist_range` (always 0 for a range that follows the data).
+
+        Raises:
+            ValueError: `with_hist` is off, or `idx` is not the index of an observed module.
+        """
+        j = self._index(idx)
+        if not self.with_hist:
+            raise ValueError("hist needs histograms: create ActivationStats(with_hist=True)")
+        return self._hist_table()[j][0]
+
+    def hist(self, idx: int) -> torch.Tensor:
+        """Return `log1p` of the histogram counts of module `idx`, shape (bins, records), on `hist_edges(idx)`.
+
+        Raises:
+            ValueError: `with_hist` is off, or `idx` is not the index of an observed module.
+        """
+        return self.hist_counts(idx)[:, : self.hist_bins].t().float().log1p()
+
+    def hist_edges(self, idx: int) -> torch.Tensor:
+        """Return the (bins + 1,) float64 bin edges of module `idx` (its common range over the records).
+
+        Raises:
+            ValueError: `idx` is not the index of an observed module.
+        """
+        j = self._index(idx)
+        if self.hist_range is not None:
+            return fixed_edges(self.hist_range, self.hist_bins)
+        exponent = self._hist_table()[j][1] if self.with_hist else EXPONENT_NONE
+        return auto_edges(exponent, self.hist_bins)
+
+    def color_dim(self, idx: int, figsize: tuple[float, float] = (10, 5), ax: Any = None) -> Any:
+        """Draw the "colorful dimension" plot of module `idx` (histograms over records); return the Figure."""
+        from ..plot import color_dim
+
+        return color_dim(self.hist(idx), figsize=figsize, ax=ax)
+
+    def plot_layer_stats(self, idx: int) -> Any:
+        """Plot mean, std and % at most near zero of module `idx` over the records; return the Figure."""
+        from ..plot import layer_stats
+
+        return layer_stats(*self.layer_stats(idx), near_zero=self.near_zero)
+
     # ---- state -----------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Return the records (on the CPU): per record and module its moments record, histogram and exponent."""
         with self._lock:
-            return activation_state(self)
+            self._settle()
+            table, records = self._table, self._records
+            tensors: dict[str, torch.Tensor] = {}
+            if table is not None and table.records is not None:
+                tensors["records"] = table.records[:records].cpu().clone()
+                if table.hists is not None and table.exponents is not None:
+                    tensors["hists"] = table.hists[:records].cpu().clone()
+                    tensors["exponents"] = table.exponents[:records].cpu().clone()
+            return {"paths": list(self.paths), "dropped": self.dropped, "records": records, "tensors": tensors}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore records saved by `state_dict` (the modules are resolved again at fit start); all or nothing.
@@ -333,7 +460,21 @@ class ActivationStats(ActivationReading, HookCallback):
             ValueError: the state does not fit the format (the field is named), or was saved for other modules.
         """
         with self._lock:
-            load_activation_state(self, state)
+            check(STATE, state, bind={"bins": self.hist_bins})
+            if self.paths and list(state["paths"]) != self.paths:
+                raise ValueError(f"state must be for modules {self.paths}, got {state['paths']}")
+            self.paths, self.dropped = list(state["paths"]), state["dropped"]
+            records = self._records = state["records"]
+            self._cache = None
+            table = self._table = self._new_table()
+            tensors = state["tensors"]
+            if "records" in tensors and records:
+                table.allocate(max(records, 1), torch.device("cpu"))
+                if table.records is not None:
+                    table.records[:records] = tensors["records"]
+                if table.hists is not None and table.exponents is not None and "hists" in tensors:
+                    table.hists[:records] = tensors["hists"]
+                    table.exponents[:records] = tensors["exponents"]
 
 
 def _first_float(output: Any) -> torch.Tensor | None:

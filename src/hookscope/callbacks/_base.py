@@ -9,9 +9,9 @@ from typing import Any
 
 import torch
 import torch.nn as nn
-from torch.autograd import Variable
 
 from .._check import NON_EMPTY, checked, hint_for
+from .._torch import queue_after_backward
 from ..hooks import HookHandle, check_hookable, register_module_hook, register_optimizer_hook, tensor_leaves
 from ._steps import eager, uncounted
 
@@ -88,7 +88,7 @@ class LoopDriver:
     root output completes; `before/after_optimizer_step` fire around `optimizer.step()` when an optimizer is given
     (the forwards and backwards of a closure run between them). `on_fit_start` runs now; `detach()` (or leaving the
     `with` block) runs `on_fit_end`, also when the block raises, and removes the driver's hooks. The hooks hold
-    the driver, not the model; a pickled or deep-copied model carries inert hooks instead.
+    the driver, not the model; a pickled or deep-copied model carries none of them.
 
     Args:
         callbacks: The callbacks to drive, in event order.
@@ -173,7 +173,7 @@ class LoopDriver:
             torch.autograd.graph.register_multi_grad_hook(leaves, self._backward_started, mode="any")
 
     def _backward_started(self, grad: Any) -> None:
-        Variable._execution_engine.queue_callback(self._after_backward)
+        queue_after_backward(self._after_backward)
 
     def _after_backward(self) -> None:
         for callback in self.callbacks:

@@ -10,7 +10,8 @@ import torch
 import torch.nn as nn
 
 from .._check import checked
-from ..hooks import HookErrors, HookHandle, Selector, map_tensors, named_modules, register_module_hook
+from .._torch import children
+from ..hooks import HookErrors, HookHandle, Selector, has_own_params, map_tensors, named_modules, register_module_hook
 from ..hooks._select import choose_modules
 from ._base import Callback
 
@@ -28,6 +29,12 @@ class HookCallback(Callback):
     `(m, grad_input, grad_output)` from a full backward hook. With `every=N`, the hooks exist only during the
     training batches whose index (from 0) is a multiple of N; with `every=None`, from fit start to fit end.
 
+    fastai's events are here too, with fastai's meaning: `on_fit_start` runs `before_fit()` (resolve `modules`,
+    then read as the list of hooked modules, and register), `on_batch_start` sets `train_iter` and runs
+    `before_batch()`, `on_batch_end` runs `after_batch()`, `on_fit_end` runs `after_fit()`; a subclass written for
+    fastai overrides them as it did there (calling `super()` where fastai's did). `hooks.stored` is fastai's
+    spelling of `stored`.
+
     Args:
         modules: The modules to hook: a list of modules of the model, or any `hookscope.hooks` selector; `None`
             (default) means every module with parameters of its own.
@@ -36,6 +43,8 @@ class HookCallback(Callback):
         is_forward: Forward hooks (`True`) or full backward hooks (`False`).
         detach: Pass detached tensors to the hook.
         cpu: Pass CPU copies to the hook.
+        include_paramless: With `modules=None`, also hook the leaf modules without parameters (fastai's
+            `ReLU`, `Flatten` ...).
         hook: A function `hook(m, i, o) -> Any` to use instead of the `hook` method.
 
     Raises:
@@ -61,6 +70,7 @@ class HookCallback(Callback):
         is_forward: bool = True,
         detach: bool = True,
         cpu: bool = True,
+        include_paramless: bool = False,
         hook: HookFunction | None = None,
     ) -> None:
         if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
@@ -69,10 +79,14 @@ class HookCallback(Callback):
             if not callable(hook):
                 raise TypeError(f"hook must be callable (m, i, o) -> Any, got {type(hook).__name__}")
             self.hook = hook  # type: ignore[method-assign,assignment]
-        self.modules = modules
+        self._selector = modules
         self.every = every
         self.remove_end, self.is_forward, self.detach, self.cpu = remove_end, is_forward, detach, cpu
+        self.include_paramless = include_paramless
+        self.train_iter = 0
         self.paths: list[str] = []
+        self._fit: weakref.ref[nn.Module] | None = None
+        self._fit_error: BaseException | None = None
         self.stored: list[Any] = []
         self._module_refs: list[weakref.ref[nn.Module]] = []
         self._handles: list[HookHandle] = []
@@ -82,9 +96,24 @@ class HookCallback(Callback):
         return None
 
     @property
+    def modules(self) -> Any:
+        """The modules hooked (those still alive, model order) once a fit started, as fastai; before, the
+        `modules` argument. Setting it chooses the modules of the next fit."""
+        return self.hooked_modules if self._fit is not None else self._selector
+
+    @modules.setter
+    def modules(self, modules: Selector) -> None:
+        self._selector, self._fit = modules, None
+
+    @property
     def hooked_modules(self) -> list[nn.Module]:
         """The modules this callback hooks (those still alive), in model order."""
         return [m for m in (ref() for ref in self._module_refs) if m is not None]
+
+    @property
+    def hooks(self) -> CallbackHooks:
+        """fastai's `self.hooks`: `hooks.stored` is `stored`, `hooks.remove()` removes the hooks."""
+        return CallbackHooks(self)
 
     @property
     def is_registered(self) -> bool:
@@ -92,8 +121,16 @@ class HookCallback(Callback):
         return bool(self._handles)
 
     def on_fit_start(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> None:
-        """Resolve `modules` on `model`; with `every=None`, register the hooks."""
-        chosen = _resolve(model, self.modules)
+        """Run `before_fit()` on `model`."""
+        self._fit, self._fit_error, self.train_iter = weakref.ref(model), None, 0
+        self.before_fit()
+
+    def before_fit(self) -> None:
+        """Resolve `modules` on the model; with `every=None`, register the hooks (fastai's `before_fit`)."""
+        model = self._fit() if self._fit is not None else None
+        if model is None:
+            raise RuntimeError("HookCallback.before_fit() runs inside a fit: attach the callback to a model first")
+        chosen = _resolve(model, self._selector, self.include_paramless)
         self.paths = [path for path, _ in chosen]
         self._module_refs = [weakref.ref(m) for _, m in chosen]
         self.stored = [None] * len(chosen)
@@ -101,18 +138,32 @@ class HookCallback(Callback):
             self.register()
 
     def on_batch_start(self, batch: int) -> None:
-        """With `every=N`, register the hooks on the batches that are multiples of N."""
-        if self.every is not None and batch % self.every == 0:
+        """Set `train_iter` to `batch` and run `before_batch()`."""
+        self.train_iter = batch
+        self.before_batch()
+
+    def before_batch(self) -> None:
+        """With `every=N`, register the hooks on the batches that are multiples of N (fastai's `before_batch`)."""
+        if self.every is not None and self.train_iter % self.every == 0:
             self.register()
 
     def on_batch_end(self, batch: int) -> None:
-        """With `every=N`, remove the hooks after an observed batch."""
+        """Run `after_batch()`."""
+        self.after_batch()
+
+    def after_batch(self) -> None:
+        """With `every=N`, remove the hooks after an observed batch (fastai's `after_batch`)."""
         if self.every is not None:
             self.remove()
 
     def on_fit_end(self, error: BaseException | None = None) -> None:
-        """Remove the hooks (unless `remove_end=False` and the fit ended normally)."""
-        if self.remove_end or error is not None:
+        """Run `after_fit()` (`error` is the exception that ended the fit, if any)."""
+        self._fit_error = error
+        self.after_fit()
+
+    def after_fit(self) -> None:
+        """Remove the hooks, unless `remove_end=False` and the fit ended normally (fastai's `after_fit`)."""
+        if self.remove_end or self._fit_error is not None:
             self.remove()
 
     def register(self) -> None:
@@ -143,12 +194,10 @@ class HookCallback(Callback):
             self._handles.pop().remove()
 
     def _make_hook(self, index: int) -> HookFunction:
-        stored, ref = self.stored, self._module_refs[index]
+        stored = self.stored
         prepare = self._prepare if (self.detach or self.cpu) else None
 
         def hook_fn(module: nn.Module, inputs: Any, output: Any) -> None:
-            if module is not ref():  # a deepcopy of the model shares the hooks; it is not observed
-                return
             if prepare is not None:
                 inputs, output = map_tensors((inputs, output), prepare)
             stored[index] = self.hook(module, inputs, output)
@@ -164,7 +213,26 @@ class HookCallback(Callback):
 _TAGS = ("HookCallback",)
 
 
-def _resolve(model: nn.Module, modules: Selector) -> list[tuple[str, nn.Module]]:
+class CallbackHooks:
+    """fastai's `HookCallback.hooks` seen from hookscope: the stored values and removal, one per hooked module."""
+
+    def __init__(self, callback: HookCallback) -> None:
+        self._callback = callback
+
+    @property
+    def stored(self) -> list[Any]:
+        """What the hook returned for each hooked module (model order); `None` where it has not run."""
+        return self._callback.stored
+
+    def remove(self) -> None:
+        """Remove the callback's hooks; calling it again does nothing."""
+        self._callback.remove()
+
+    def __len__(self) -> int:
+        return len(self._callback.stored)
+
+
+def _resolve(model: nn.Module, modules: Selector, include_paramless: bool = False) -> list[tuple[str, nn.Module]]:
     if isinstance(modules, (list, tuple)) and modules and all(isinstance(m, nn.Module) for m in modules):
         ids = {id(m) for m in modules}
         chosen = [(path, m) for path, m in named_modules(model) if id(m) in ids]
@@ -174,4 +242,6 @@ def _resolve(model: nn.Module, modules: Selector) -> list[tuple[str, nn.Module]]
                 "of the model being trained, or a path selector such as 'encoder.*')"
             )
         return chosen
+    if modules is None and include_paramless:  # fastai: every leaf module, with parameters or not
+        return [(path, m) for path, m in named_modules(model) if has_own_params(m) or not children(m)]
     return choose_modules(model, modules, "modules")

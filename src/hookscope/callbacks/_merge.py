@@ -17,7 +17,7 @@ import torch
 
 from .._check import NON_EMPTY, TIMEOUT, checked
 from ..distributed import DEFAULT_TIMEOUT, combine_parts, combine_ranks, merge_parts
-from ..stats import EXPONENT_NONE, RECORD, empty, rebin
+from ..stats import RECORD, empty, rebin, widest_exponent
 from ._activation_stats import ActivationStats
 
 __all__ = ["combine_activation_stats", "merge_activation_stats"]
@@ -75,9 +75,8 @@ def _header(stats: ActivationStats) -> dict[str, Any]:
     """What every rank needs to know of one rank's records: modules, record count, options, histogram ranges."""
     state = stats.state_dict()
     exponents = state["tensors"].get("exponents")
-    widest = [EXPONENT_NONE] * len(state["paths"])
-    if exponents is not None and exponents.numel():
-        widest = exponents.amax(0).tolist()
+    columns = exponents.T.tolist() if exponents is not None else [[] for _ in state["paths"]]
+    widest = [widest_exponent(column) for column in columns]
     return {
         "paths": list(state["paths"]),
         "records": int(state["records"]),
@@ -107,7 +106,7 @@ class _Layout:
                     "with the same arguments on every rank"
                 )
         paths = list(dict.fromkeys(p for h in headers for p in h["paths"]))
-        widest = [max(h["exponents"].get(p, EXPONENT_NONE) for h in headers) for p in paths]
+        widest = [widest_exponent(h["exponents"][p] for h in headers if p in h["exponents"]) for p in paths]
         return cls(paths, max(h["records"] for h in headers), widest)
 
 

@@ -41,6 +41,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .._torch import graph_task_id
 from ..hooks import HookErrors, HookHandle, register_module_hook
 
 __all__ = ["ForwardFrames", "Frame", "eager", "in_backward", "uncounted"]
@@ -54,7 +55,7 @@ def eager(method: Callable[..., None]) -> Callable[..., None]:
 
 def in_backward() -> bool:
     """Whether this thread runs inside a backward pass now (a forward here is a recomputation)."""
-    return bool(torch._C._current_graph_task_id() != -1)
+    return graph_task_id() != -1
 
 
 def uncounted(module: nn.Module, train_only: bool = True) -> str | None:

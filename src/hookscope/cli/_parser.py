@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import inspect
 
-from .. import __version__
+from .._version import __version__
 from ..demo import FAULTS
 from ..stats import SMALL_BELOW
 from ..watch import watch

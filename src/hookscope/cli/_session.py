@@ -33,6 +33,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .._torch import forward_pre_hooks, graph_task_id
 from ..callbacks._steps import uncounted
 from ..hooks import (
     HookHandle,
@@ -235,7 +236,7 @@ class RunSession:
 
     def _reached(self, entry: WatchedModel) -> Callable[[Any], None]:
         def hook(grad: Any) -> None:  # a backward reached the model's output: which loss?
-            task = int(torch._C._current_graph_task_id())
+            task = graph_task_id()
             loss = self._backwards.get(task)
             if loss is None:  # the output is the loss itself (computed in forward): its hook runs before `started`
                 self._early.setdefault(task, []).append(entry)
@@ -246,14 +247,14 @@ class RunSession:
 
     def _watch(self, module: nn.Module, args: tuple[Any, ...]) -> None:
         """Watch `module` from this forward on; its own pre-hooks are replayed for this call, which began already."""
-        before = set(module._forward_pre_hooks)
+        before = {key for key, _, _ in forward_pre_hooks(module)}
         optimizer = self._optimizer_of(module)
         watcher = watch(
             module, optimizer, every=self.every, select=self.select, capacity=self.capacity, exact=self.exact
         )
         watcher.attach()
-        for key, hook in list(module._forward_pre_hooks.items()):
-            if key not in before and key not in module._forward_pre_hooks_with_kwargs:
+        for key, hook, with_kwargs in forward_pre_hooks(module):
+            if key not in before and not with_kwargs:
                 hook(module, args)
         entry = WatchedModel(type(module).__name__, module, watcher, args)
         self.watched.append(entry)
@@ -283,7 +284,7 @@ class RunSession:
         loss = _Loss(sum((t.detach().float().sum() for t in roots), torch.zeros((), device=roots[0].device)))
 
         def started(grads: Any) -> None:
-            task = int(torch._C._current_graph_task_id())
+            task = graph_task_id()
             self._backwards[task] = loss
             for entry in self._early.pop(task, []):
                 if entry not in loss.reached:

@@ -99,7 +99,7 @@ def _train(config: DemoConfig, progress: Progress | None, on_model: Callable[[nn
     updates = add_weight_update_monitor_hook(optimizer, log_interval=10)
     started = time.perf_counter()
     try:
-        with watch(model, optimizer, select=_watched) as watcher, stats.attach(model, optimizer):
+        with watch(model, optimizer, select=_watched, every=1) as watcher, stats.attach(model, optimizer):
             _fit(model, optimizer, watcher, (x_train, y_train), config, progress)
     finally:
         updates["remove"]()

@@ -2,7 +2,8 @@
 
 `diagnose(results)` runs pure checks over the `WatchResults` that `watch()` collected (`hookscope.watch`) and
 returns ranked `Finding`s (check, severity, layer path, step, evidence, advice); `format_findings` prints them
-as a short list, first in the report. Built-in checks: non-finite values with provenance (`_nonfinite.py`),
+as a short list, first in the report; a notebook shows `diagnose`'s `Findings` as the same list in HTML
+(`findings_html`). Built-in checks: non-finite values with provenance (`_nonfinite.py`),
 exploding/vanishing gradients across depth and over steps (`_gradients.py`), learning rate too high/low from
 update-to-weight ratios (`_learning_rate.py`), dead ReLU units, saturated tanh/sigmoid outputs and unbroken
 symmetry (`_units.py`), bad initialization at step 0 and unobserved layers (`_init.py`). Every number they
@@ -13,7 +14,7 @@ touches a device: it reads CPU tensors already collected.
 """
 
 from ._diagnose import Check, diagnose, list_checks, register_check, unregister_check
-from ._finding import SEVERITIES, DiagnosisWarning, Finding, Severity, format_findings
+from ._finding import SEVERITIES, DiagnosisWarning, Finding, Findings, Severity, findings_html, format_findings
 from ._live import LiveDoctor
 from ._thresholds import Thresholds
 from ._units import RELU_FAMILY
@@ -24,10 +25,12 @@ __all__ = [
     "Check",
     "DiagnosisWarning",
     "Finding",
+    "Findings",
     "LiveDoctor",
     "Severity",
     "Thresholds",
     "diagnose",
+    "findings_html",
     "format_findings",
     "list_checks",
     "register_check",

@@ -7,8 +7,8 @@ from typing import Any, TypeAlias
 
 from .._check import checked
 from .._errors import closest_names
-from ..watch import WatchResults
-from ._finding import SEVERITIES, Finding, Severity, rank_findings, severity_rank
+from ..results import WatchResults
+from ._finding import SEVERITIES, Finding, Findings, Severity, rank_findings, severity_rank
 from ._gradients import check_exploding_gradients, check_vanishing_gradients
 from ._init import check_bad_init, check_unobserved
 from ._learning_rate import check_lr_too_high, check_lr_too_low
@@ -119,7 +119,7 @@ def _run(name: str, check: Check, results: WatchResults, thresholds: Thresholds)
 
 def run_checks(
     results: WatchResults, checks: Mapping[str, Check], thresholds: Thresholds, min_severity: Severity = "info"
-) -> list[Finding]:
+) -> Findings:
     """Run resolved checks and return their findings ranked, one per (check, path), at least `min_severity`."""
     found = [f for name, check in checks.items() for f in _run(name, check, results, thresholds)]
     limit = severity_rank(min_severity)
@@ -129,7 +129,7 @@ def run_checks(
     unique: dict[tuple[str, str | None], Finding] = {}
     for finding in ranked:
         unique.setdefault(finding.key, finding)
-    return list(unique.values())
+    return Findings(unique.values())
 
 
 def check_severity(min_severity: Any) -> Severity:
@@ -152,7 +152,7 @@ def diagnose(
     thresholds: Thresholds | None = None,
     min_severity: Severity = "info",
     **overrides: float,
-) -> list[Finding]:
+) -> Findings:
     """Run the checks over what `watch()` collected and return the findings, most important first.
 
     Ranking: errors, then warnings, then info; within one severity the earliest step first (the first thing
@@ -169,7 +169,8 @@ def diagnose(
         **overrides: individual thresholds by name (`dead_unit_fraction=0.3`), applied over `thresholds`.
 
     Returns:
-        The ranked findings; empty when nothing looks wrong.
+        The ranked findings, a list (`Findings`, which a notebook shows as the doctor's list); empty when nothing
+        looks wrong.
 
     Raises:
         TypeError: `results` is not a `WatchResults`, or a check returned something else than findings.

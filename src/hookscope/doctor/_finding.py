@@ -9,14 +9,21 @@ from typing import Any, Literal
 
 from .._check import checked
 from .._errors import HookscopeWarning
-from .._text import ROOT, quoted, terminal_width, wrap
+from .._html import text
+from .._text import ROOT, display_name, quoted, terminal_width, wrap
 
-__all__ = ["SEVERITIES", "DiagnosisWarning", "Finding", "Severity", "format_findings", "rank_findings"]
+__all__ = [
+    "SEVERITIES", "SEVERITY_COLORS", "DiagnosisWarning", "Finding", "Findings", "Severity", "findings_html",
+    "format_findings", "rank_findings",
+]  # fmt: skip
 
 Severity = Literal["error", "warning", "info"]
 SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")
 """Severities, most severe first: `error` (training is broken), `warning` (it is likely to go wrong or learn
 badly), `info` (worth knowing, nothing to fix by itself)."""
+
+SEVERITY_COLORS: dict[str, str] = {"error": "#d9534f", "warning": "#f0ad4e", "info": "#5bc0de"}
+"""The colour of each severity where findings are drawn (the report's style sheet uses the same)."""
 
 Evidence = dict[str, float | int | str | None]
 
@@ -138,9 +145,7 @@ def format_findings(findings: Sequence[Finding], *, limit: int | None = None, wi
     if not findings:
         return "hookscope doctor: no findings."
     columns = terminal_width() if width is None else width
-    counts = [(s, sum(f.severity == s for f in findings)) for s in SEVERITIES]
-    summary = ", ".join(f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts if n)
-    lines = [f"hookscope doctor: {len(findings)} finding{'s' if len(findings) != 1 else ''} ({summary})"]
+    lines = [f"hookscope doctor: {_summary_line(findings)}"]
     shown = findings if limit is None else findings[:limit]
     for i, finding in enumerate(shown, 1):
         where = "(model)" if finding.path is None else quoted(finding.path, columns // 2)
@@ -152,3 +157,66 @@ def format_findings(findings: Sequence[Finding], *, limit: int | None = None, wi
     if len(shown) < len(findings):
         lines.append(f"    ... and {len(findings) - len(shown)} more")
     return "\n".join(lines)
+
+
+class Findings(list[Finding]):
+    """The doctor's findings: a plain list (ranked, as `diagnose` returns them) that a notebook shows as a
+    severity-coloured list (`findings_html`); `format_findings(findings)` is the same in text.
+
+    Slices and copies are plain lists; `Findings(a_list)` makes one again.
+    """
+
+    def _repr_html_(self) -> str:
+        return findings_html(self)
+
+
+def _summary_line(findings: Sequence[Finding]) -> str:
+    """`3 findings (1 error, 2 warnings)`, or `no findings.`"""
+    if not findings:
+        return "no findings."
+    counts = [(s, sum(f.severity == s for f in findings)) for s in SEVERITIES]
+    summary = ", ".join(f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts if n)
+    return f"{len(findings)} finding{'s' if len(findings) != 1 else ''} ({summary})"
+
+
+@checked()
+def findings_html(findings: Sequence[Finding], *, limit: int | None = 50) -> str:
+    """Render findings as an HTML fragment: `format_findings`' list, each finding's severity in its colour.
+
+    Every name and message is escaped (`hookscope._html.text`); layer paths are shown whole (the notebook wraps
+    them), as the evidence figures are.
+
+    Args:
+        findings: the findings, in the order given (`diagnose` returns them ranked).
+        limit: show at most this many (the rest are counted); `None` shows all.
+
+    Raises:
+        ValueError: `limit` is not a positive int or None.
+    """
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError(f"limit must be a positive int or None, got {limit!r}")
+    head = f"<p style='margin:.3em 0'><b>hookscope doctor</b>: {text(_summary_line(findings))}</p>"
+    shown = findings if limit is None else findings[:limit]
+    items = "".join(_finding_html(index, finding) for index, finding in enumerate(shown, 1))
+    more = f"<p style='color:#667'>... and {len(findings) - len(shown)} more</p>" if len(shown) < len(findings) else ""
+    listing = f"<ol style='padding:0;margin:0'>{items}</ol>" if items else ""
+    return f"<div class='hookscope-findings'>{head}{listing}{more}</div>"
+
+
+def _finding_html(index: int, finding: Finding) -> str:
+    color = SEVERITY_COLORS.get(finding.severity, "#999")
+    where = "model" if finding.path is None else f"layer {display_name(finding.path)}"
+    place = where + ("" if finding.step is None else f" · step {finding.step}")
+    parts = [
+        f"<span style='font-weight:bold;text-transform:uppercase;font-size:.8em;color:{color}'>"
+        f"{index}. {text(finding.severity)}</span> <b>{text(finding.check)}</b> "
+        f"<span style='color:#667'>{text(place)}</span>",
+        f"<div>{text(finding.message)}</div>",
+    ]
+    if finding.evidence:
+        figures = "; ".join(f"{key} = {value}" for key, value in finding.evidence.items())
+        parts.append(f"<div style='color:#667;font-size:.9em'>{text(figures)}</div>")
+    if finding.advice:
+        parts.append(f"<div><i>-&gt; {text(finding.advice)}</i></div>")
+    style = f"border-left:5px solid {color};background:#f7f8fa;margin:.35em 0;padding:.3em .8em;list-style:none"
+    return f"<li class='finding sev-{text(finding.severity)}' style='{style}'>{''.join(parts)}</li>"

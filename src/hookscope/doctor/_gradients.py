@@ -19,7 +19,8 @@ import re
 
 import torch
 
-from ..watch import WatchResults
+from ..results import WatchResults
+from ..stats import root_sum_squares
 from ._finding import Finding
 from ._series import first_index, index_of_step, layer_order, module_of, step_at, table, windowed_median
 from ._thresholds import Thresholds
@@ -56,12 +57,12 @@ def gradient_table(results: WatchResults) -> tuple[list[str], torch.Tensor]:
         paths = [p for p in order if "norm" in results.output_grads.get(p, {})]
         norms = table([results.output_grads[p]["norm"] for p in paths])
     else:
-        squares: dict[str, list[torch.Tensor]] = {}
+        parts: dict[str, list[torch.Tensor]] = {}
         for name, stats in results.param_grads.items():
             if "norm" in stats:
-                squares.setdefault(module_of(name), []).append(stats["norm"].to(torch.float64) ** 2)
-        paths = sorted(squares, key=lambda p: order.index(p) if p in order else len(order))
-        norms = table([torch.stack(squares[p]).sum(0).sqrt() for p in paths])
+                parts.setdefault(module_of(name), []).append(stats["norm"])
+        paths = sorted(parts, key=lambda p: order.index(p) if p in order else len(order))
+        norms = table([root_sum_squares(torch.stack(parts[p]), dim=0) for p in paths])
     norms[:, _first_broken(results) :] = float("nan")  # after a NaN/Inf, gradient figures say nothing new
     return paths, norms
 
@@ -74,7 +75,7 @@ def _first_broken(results: WatchResults) -> int:
         if isinstance(hit, dict) and "step" in hit
     ]
     if results.losses is not None:
-        broken.append(first_index(~torch.isfinite(results.losses)))
+        broken.append(first_index(~torch.isfinite(results.losses) & results.loss_logged()))
     return min((index for index in broken if index is not None), default=results.num_steps)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from ..watch import WatchResults
+from ..results import WatchResults
 from ._finding import Finding
 from ._series import layer_order
 from ._thresholds import Thresholds

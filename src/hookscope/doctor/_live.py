@@ -6,9 +6,9 @@ import warnings
 from collections.abc import Iterable
 from typing import Any
 
-from ..watch import WatchResults
+from ..results import WatchResults
 from ._diagnose import CheckSpec, check_severity, resolve_checks, run_checks
-from ._finding import DiagnosisWarning, Finding, Severity, severity_rank
+from ._finding import DiagnosisWarning, Finding, Findings, Severity, severity_rank
 from ._thresholds import Thresholds
 
 __all__ = ["LiveDoctor"]
@@ -61,7 +61,7 @@ class LiveDoctor:
         """Every finding reported so far, as it was when reported, in that order."""
         return list(self._reported.values())
 
-    def update(self, results: WatchResults, *, warn: bool = False, stacklevel: int = 2) -> list[Finding]:
+    def update(self, results: WatchResults, *, warn: bool = False, stacklevel: int = 2) -> Findings:
         """Diagnose `results` and return the findings not reported before (ranked).
 
         Args:
@@ -74,7 +74,7 @@ class LiveDoctor:
         """
         if not isinstance(results, WatchResults):
             raise TypeError(f"results must be a hookscope WatchResults, got {type(results)!r}")
-        new = []
+        new = Findings()
         for finding in run_checks(results, self.checks, self.thresholds, self.min_severity):
             before = self._reported.get(finding.key)
             if before is None or severity_rank(finding.severity) < severity_rank(before.severity):

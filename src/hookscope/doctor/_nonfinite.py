@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from ..watch import WatchResults
+from ..results import WatchResults
 from ._finding import Finding
 from ._series import index_of_step, layer_order, module_of, previous_layer, step_at
 from ._thresholds import Thresholds
@@ -62,7 +62,7 @@ def _count(results: WatchResults, group: dict[str, dict[str, torch.Tensor]], pat
 def _loss_finding(results: WatchResults) -> list[Finding]:
     if results.losses is None:
         return []
-    bad = (~torch.isfinite(results.losses)).nonzero()
+    bad = (~torch.isfinite(results.losses) & results.loss_logged()).nonzero()  # an unknown loss is not NaN
     if not bad.numel():
         return []
     step = step_at(results, int(bad[0, 0]))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..watch import WatchResults
+from ..results import WatchResults
 
 __all__ = [
     "first_index",

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._errors import closest_names
-from ..watch._activity import DEAD_UNIT_ACTIVITY
+from ..results import DEAD_UNIT_ACTIVITY
 
 __all__ = ["Thresholds"]
 
@@ -54,7 +54,7 @@ class Thresholds:
             and the median the finding quotes is then past the threshold too.
         dead_unit_activity: a unit of a ReLU-family layer active (> 0) less than this fraction of the time over
             all recorded steps counts as dead (it passes almost no gradient); the unit-activity plot counts the
-            same way (`hookscope.watch._activity`).
+            same way (`hookscope.results._activity`).
         dead_unit_fraction: the share of a ReLU-family layer's units that are dead (see `dead_unit_activity`) at
             which the layer is reported: a warning, an error when every unit was never active at all.
         saturation_fraction: the share of a tanh/sigmoid-family output within 1% of its bounds (the

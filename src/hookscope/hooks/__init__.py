@@ -5,10 +5,10 @@ idempotent `remove()`; `scope()` removes exactly what was registered inside it. 
 language for "which modules" and normalizes paths across DDP/compile/FSDP wrappers. `_module.py`, `_tensor.py`
 and `_optim.py` register module, tensor/parameter and optimizer hooks; `_grad.py` observes gradients of module
 outputs with tensor hooks (robust to in-place ops and nested outputs); `_fastai.py` builds `Hook`, `Hooks`,
-`hook_output(s)` on top; `_listing.py` lists and removes hooks. `_calls.py` wraps every hook registered: copies
-and pickles of a model get inert hooks, and failures of hookscope's own hooks are contained (`HookErrors`,
-strict). Everything above this package (monitors, weights, summaries, callbacks) registers hooks only through
-these functions.
+`hook_output(s)` on top; `_listing.py` lists and removes hooks. `_calls.py` wraps every hook registered
+(failures of hookscope's own hooks are contained: `HookErrors`, strict); `_copies.py` makes saved, pickled and
+deep-copied modules leave hookscope's hooks behind. Everything above this package (monitors, weights, summaries,
+callbacks) registers hooks only through these functions.
 """
 
 from .._errors import CompiledModelWarning, HookFailureWarning

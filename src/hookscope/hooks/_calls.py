@@ -3,10 +3,10 @@
 `CalledHook` wraps each hook at registration (module, tensor, optimizer and global hooks alike). Two things follow
 from that one place:
 
-* Pickling. The wrapper pickles (and deep-copies) as an `InertHook`, a hook that does nothing, so
-  `torch.save(model)`, `pickle.dumps(model)` and `copy.deepcopy(model)` work whatever hookscope placed on the model
-  (local closures, bound methods, locks behind them), and the copy records nothing and writes nothing into the
-  original's monitors. Loading such a pickle needs hookscope importable, as it needs the model's own classes.
+* Copies. `torch.save(model)`, `pickle.dumps(model)` and `copy.deepcopy(model)` leave the wrappers of a module's
+  hooks out of the copy (`_copies.py`): the copy has no hook of hookscope's and loads without hookscope. Where a
+  module class's own reduction keeps its hook dicts out of reach, a wrapper pickles as an `InertHook`, a hook that
+  does nothing (the copy records nothing and writes nothing into the original's monitors).
 * Failures. A hook of hookscope's own (watch, ActivationStats, monitors, weight monitors) is registered with a
   `HookErrors`: its failure is counted, warned about once (`HookFailureWarning`, pointing at the user's code) and
   the training goes on; with `strict=True` (or `HOOKSCOPE_STRICT=1` in the environment) it is re-raised instead.

@@ -82,12 +82,12 @@ def register_output_grad_hook(
         module, "forward", forward_hook, owner=owner, path=path, tags=tags, prepend=prepend, errors=errors
     )
     handle.kind = "output_grad"
-    handle._removers = [*(handle._removers or []), _deactivate(pending)]
+    handle.add_remover(_deactivate(pending))
     return handle
 
 
 class _OutputGradForwardHook:
-    """The forward hook that arms one multi-grad hook per call (registered wrapped: inert in copies)."""
+    """The forward hook that arms one multi-grad hook per call (left out of copies of the module)."""
 
     def __init__(self, hook: OutputGradHook, pending: _PendingCalls) -> None:
         self.hook = hook

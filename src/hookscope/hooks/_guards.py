@@ -10,6 +10,7 @@ import torch.nn as nn
 
 from .._check import POSITIVE, checked, shown
 from .._errors import CompiledModelWarning
+from .._torch import is_compile_wrapper, is_compiled_in_place
 
 __all__ = ["check_hookable", "check_real_device", "is_compiled", "warn_if_compiled"]
 
@@ -17,7 +18,7 @@ __all__ = ["check_hookable", "check_real_device", "is_compiled", "warn_if_compil
 @checked()
 def is_compiled(module: nn.Module) -> bool:
     """Whether `module` is a `torch.compile` wrapper or was compiled in place with `module.compile()`."""
-    return type(module).__name__ == "OptimizedModule" or getattr(module, "_compiled_call_impl", None) is not None
+    return is_compile_wrapper(module) or is_compiled_in_place(module)
 
 
 def check_hookable(module: object, argument: str = "module") -> None:

@@ -2,29 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch.nn as nn
-import torch.nn.modules.module as module_globals
 
 from .._check import checked, one_of
+from .._torch import global_hooks, module_hooks, tensor_hooks
 from ._registry import KINDS, REGISTRY, HookHandle
 from ._select import _glob_regex, named_modules
 
 __all__ = ["HookInfo", "list_hooks", "remove_hooks"]
-
-_MODULE_DICTS = (
-    ("forward_pre", "_forward_pre_hooks"),
-    ("forward", "_forward_hooks"),
-    ("backward_pre", "_backward_pre_hooks"),
-    ("backward", "_backward_hooks"),
-)
-_TENSOR_DICTS = (("tensor", "_backward_hooks"), ("post_accumulate_grad", "_post_accumulate_grad_hooks"))
-_GLOBAL_DICTS = (
-    ("global_forward_pre", "_global_forward_pre_hooks"),
-    ("global_forward", "_global_forward_hooks"),
-    ("global_backward", "_global_backward_hooks"),
-)
 
 
 @dataclass(frozen=True)
@@ -58,13 +47,13 @@ def list_hooks(model: nn.Module | None = None) -> list[HookInfo]:
     rows: list[HookInfo] = []
     for path, module in named_modules(model):
         rows += [_info(h, path) for h in by_target.get(id(module), [])]
-        rows += _foreign(module, _MODULE_DICTS, path, ours)
+        rows += _foreign(module_hooks(module), path, ours)
         for name, parameter in module.named_parameters(recurse=False):
             param_path = f"{path}.{name}" if path else name
             rows += [_info(h, param_path) for h in by_target.get(id(parameter), [])]
-            rows += _foreign(parameter, _TENSOR_DICTS, param_path, ours)
+            rows += _foreign(tensor_hooks(parameter), param_path, ours)
     rows += [_info(h, "<global>") for h in handles if h.kind.startswith("global_")]
-    rows += _foreign(module_globals, _GLOBAL_DICTS, "<global>", ours)
+    rows += _foreign(global_hooks(), "<global>", ours)
     return rows
 
 
@@ -122,12 +111,9 @@ def _info(handle: HookHandle, path: str) -> HookInfo:
 
 
 def _foreign(
-    holder: object, dicts: tuple[tuple[str, str], ...], path: str, ours: set[tuple[int, int]]
+    dicts: dict[str, Mapping[int, Callable[..., Any]]], path: str, ours: set[tuple[int, int]]
 ) -> list[HookInfo]:
-    rows = []
-    for kind, attribute in dicts:
-        hooks = getattr(holder, attribute, None)
-        if not hooks:
-            continue
-        rows += [HookInfo(path, kind, False) for key in hooks if (id(hooks), key) not in ours]
-    return rows
+    """The hooks of `dicts` (torch's, by kind: `hookscope._torch`) that hookscope did not place."""
+    return [
+        HookInfo(path, kind, False) for kind, hooks in dicts.items() for key in hooks if (id(hooks), key) not in ours
+    ]

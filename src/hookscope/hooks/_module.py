@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -10,6 +11,7 @@ import torch.nn.modules.module as module_globals
 
 from .._check import check_callable, checked, one_of
 from ._calls import CalledHook, HookErrors, hook_name
+from ._copies import forget_copies, strip_copies
 from ._guards import check_hookable, warn_if_compiled
 from ._registry import REGISTRY, HookHandle
 
@@ -46,9 +48,10 @@ def register_module_hook(
     hooks; the deprecated `register_backward_hook` is never used). With `with_kwargs=True` forward hooks also
     receive the keyword arguments.
 
-    The hook is wrapped (`hookscope.hooks._calls.CalledHook`): a pickled or deep-copied model gets an inert hook
-    in its place. A failure of `hook` is re-raised with a note naming it and the module; given `errors` (hookscope's
-    own observing hooks), it is handed to `errors` instead, which counts it and goes on unless strict.
+    The hook is wrapped (`hookscope.hooks._calls.CalledHook`), and a pickled, saved or deep-copied module leaves
+    it behind (`hookscope.hooks._copies`): the copy has no hook of hookscope's. A failure of `hook` is re-raised
+    with a note naming it and the module; given `errors` (hookscope's own observing hooks), it is handed to
+    `errors` instead, which counts it and goes on unless strict.
 
     Raises:
         ValueError: `kind` is not one of `MODULE_KINDS`.
@@ -69,7 +72,16 @@ def register_module_hook(
         handle = module.register_full_backward_hook(hook, prepend=prepend)
     else:
         raise ValueError(f"kind must be one of {MODULE_KINDS}, got {kind!r}")
-    return REGISTRY.add(kind, [handle.remove], target=module, owner=owner, path=path, tags=tags, torch_handles=[handle])
+    strip_copies(module)  # a copy or a pickle of the module leaves this hook behind
+    reference = weakref.ref(module)
+
+    def remove() -> None:
+        handle.remove()
+        alive = reference()
+        if alive is not None:
+            forget_copies(alive)
+
+    return REGISTRY.add(kind, [remove], target=module, owner=owner, path=path, tags=tags, torch_handles=[handle])
 
 
 @checked(kind=one_of(_GLOBAL_KINDS))

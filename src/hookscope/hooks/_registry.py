@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from .._torch import handle_key
+
 __all__ = ["KINDS", "REGISTRY", "HookHandle", "HookRegistry", "Scope", "scope"]
 
 KINDS = frozenset(
@@ -103,6 +105,13 @@ class HookHandle:
         """Whether `remove()` already ran."""
         return self._removers is None
 
+    def add_remover(self, remover: Remover) -> None:
+        """Run `remover` too when the hook is removed (at once if it already was)."""
+        if self._removers is None:
+            remover()
+        else:
+            self._removers.append(remover)
+
     def remove(self) -> None:
         """Remove the hook; calling it again does nothing."""
         removers, self._removers = self._removers, None
@@ -149,9 +158,9 @@ def scope() -> Iterator[Scope]:
         >>> model = nn.Linear(2, 2)
         >>> with hookscope.scope():
         ...     _ = hookscope.hook_output(model)
-        ...     len(model._forward_hooks)
+        ...     len(hookscope.list_hooks(model))
         1
-        >>> len(model._forward_hooks)
+        >>> len(hookscope.list_hooks(model))
         0
     """
     current = Scope()
@@ -186,7 +195,7 @@ class HookRegistry:
         """Record a registration and return its handle; the innermost active scope takes it too."""
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {sorted(KINDS)}, got {kind!r}")
-        torch_ids = frozenset(_torch_id(h) for h in torch_handles)
+        torch_ids = frozenset(handle_key(h) for h in torch_handles)
         with self._lock:
             self._purge()
             handle = HookHandle(
@@ -244,11 +253,6 @@ def _weak_or_strong(owner: object | None) -> object | None:
         return weakref.ref(owner)
     except TypeError:
         return owner
-
-
-def _torch_id(handle: Any) -> tuple[int, int]:
-    hooks_dict = handle.hooks_dict_ref()
-    return (id(hooks_dict) if hooks_dict is not None else 0, handle.id)
 
 
 REGISTRY = HookRegistry()

@@ -22,8 +22,9 @@ from typing import Any, TypeAlias
 
 import torch.nn as nn
 
-from .._check import checked, renamed, shown
+from .._check import aliases, checked, shown
 from .._errors import unknown_name
+from .._torch import WRAPPER_SEGMENTS, wrapped_module
 
 __all__ = [
     "Selector",
@@ -38,17 +39,6 @@ __all__ = [
 Predicate: TypeAlias = Callable[[str, nn.Module], bool]
 Selector: TypeAlias = Any  # None | str | nn.Module | type | tuple[type, ...] | Predicate | list of these
 
-# Wrapper type name -> the attribute that holds the wrapped module.
-_WRAPPERS = {
-    "DistributedDataParallel": "module",
-    "DataParallel": "module",
-    "OptimizedModule": "_orig_mod",
-    "FullyShardedDataParallel": "_fsdp_wrapped_module",
-    "CheckpointWrapper": "_checkpoint_wrapped_module",
-    "OffloadWrapper": "_checkpoint_wrapped_module",
-}
-_INNER_SEGMENTS = ("_orig_mod", "_fsdp_wrapped_module", "_checkpoint_wrapped_module")
-
 
 @checked()
 def unwrap(module: nn.Module) -> nn.Module:
@@ -59,8 +49,7 @@ def unwrap(module: nn.Module) -> nn.Module:
 def _unwrapped(module: nn.Module) -> nn.Module:
     # unwrap() without the argument check, for the loop over every module in named_modules
     while True:
-        attribute = _WRAPPERS.get(type(module).__name__)
-        inner = module._modules.get(attribute) if attribute else None
+        inner = wrapped_module(module)
         if inner is None:
             return module
         module = inner
@@ -77,7 +66,7 @@ def normalize_path(path: str) -> str:
     parts = path.split(".")
     while parts and parts[0] == "module":
         parts = parts[1:]
-    return ".".join(p for p in parts if p not in _INNER_SEGMENTS)
+    return ".".join(p for p in parts if p not in WRAPPER_SEGMENTS)
 
 
 @checked()
@@ -95,7 +84,7 @@ def named_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
             continue
         seen.add(id(module))
         found.append((prefix, module))
-        children = [(f"{prefix}.{name}" if prefix else name, c) for name, c in module._modules.items() if c is not None]
+        children = [(f"{prefix}.{name}" if prefix else name, c) for name, c in module.named_children()]
         stack.extend(reversed(children))
     return found
 
@@ -111,7 +100,7 @@ def _has_own(module: nn.Module) -> bool:
     return next(iter(module.parameters(recurse=False)), None) is not None
 
 
-@renamed(selector="select")
+@aliases(selector="select")
 @checked()
 def select_modules(model: nn.Module, select: Selector = None) -> list[tuple[str, nn.Module]]:
     """Return the `(path, module)` pairs of `model` that `select` picks, in model order.

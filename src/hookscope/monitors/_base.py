@@ -1,9 +1,10 @@
 """The monitor base: where (one module), when (train/eval gating), what (filter_, map_) and a reducer.
 
 A monitor holds its module through a weak reference and places its hooks through `hookscope.hooks`, so the
-registry lists them and `deregister()` (or leaving a `with` block) removes exactly those. A deep copy or a pickle
-of the model (EMA teachers, `torch.save(model)`) gets inert hooks instead of a second writer into this monitor's
-reducer (`hookscope.hooks` wraps every hook). A failure of the monitor's own code (its reducer, its defaults) is
+registry lists them and `deregister()` (or leaving a `with` block) removes exactly those. As in inferno, the hooks
+hold the monitor weakly and a `weakref.finalize` removes them when the monitor is freed: a monitor nobody keeps
+stops recording and leaves no hook behind. A deep copy or a pickle of the model (EMA teachers,
+`torch.save(model)`) carries none of its hooks. A failure of the monitor's own code (its reducer, its defaults) is
 counted in `counts["error"]` and warned about once, or raised with `strict=True`; a failure of the user's
 `filter_` or `map_` is raised (`UserHookError`, naming the monitor and the module path).
 """
@@ -20,11 +21,10 @@ from typing import Any, ClassVar, TypeVar
 import torch.nn as nn
 
 from .._check import checked
-from .._errors import UserHookError
-from .._loading import deprecated_load
+from .._errors import UserHookError, closest_names
 from .._schema import Const, Int, Part, Record, SchemaError, check, found
 from ..checkpoint import from_file
-from ..hooks import HookErrors, HookHandle, InertHook, check_hookable, register_module_hook, tensor_leaves
+from ..hooks import HookErrors, HookHandle, check_hookable, register_module_hook, tensor_leaves
 from ..reducers import Reducer
 from ..reducers._state import load_state, save_state
 from ._parts import Construct
@@ -33,12 +33,9 @@ __all__ = ["COUNTERS", "TAG", "Monitor", "MonitorConstructor"]
 
 TAG = "hookscope.monitor"
 COUNTERS = ("recorded", "filtered", "gated", "incomplete", "error")
-_TRANSIENT = ("_lock", "_module", "_handles", "_pending", "_parameter")  # per process and per attachment
+_TRANSIENT = ("_lock", "_observed", "_handles", "_pending", "_parameter", "_finalizer")  # per process, attachment
 MonitorT = TypeVar("MonitorT", bound="Monitor")
 MonitorConstructor = Callable[[str, nn.Module], "Monitor"]
-
-
-_InertHook = InertHook  # the name pickles of hookscope <= 0.x refer to
 
 
 class Monitor:
@@ -54,6 +51,9 @@ class Monitor:
         map_: `map_(observation) -> tensor or tuple of tensors`, pushed into the reducer.
         strict: Raise failures of the monitor's own code (the reducer) instead of counting them; `None` reads
             `HOOKSCOPE_STRICT`.
+        prehook: inferno's: a forward pre-hook `(module, args)`, or the name of a method of the monitor, that the
+            base `Monitor` places (subclasses place their own hooks and leave it `None`).
+        posthook: inferno's: a forward hook `(module, args, output)`, or the name of a method, likewise.
 
     Every hook call that reaches the module either records, or is counted in `counts` as filtered, gated
     (train/eval), incomplete (the forward raised) or error. A failure inside `filter_` or `map_` is re-raised
@@ -97,13 +97,16 @@ class Monitor:
         map_: Callable[..., Any] | None = None,
         *,
         strict: bool | None = None,
+        prehook: str | Callable[..., Any] | None = None,
+        posthook: str | Callable[..., Any] | None = None,
     ) -> None:
         self.reducer = reducer
+        self.prehook, self.posthook = self._check_hook("prehook", prehook), self._check_hook("posthook", posthook)
         self.train_update, self.eval_update, self.prepend = train_update, eval_update, prepend
         self.filter_ = filter_  # None: the class default (kept apart to avoid a monitor -> bound method cycle)
         self.map_ = map_
-        self._module: weakref.ref[nn.Module] | None = None
-        self._handles: list[HookHandle] = []
+        self._observed: weakref.ref[nn.Module] | None = None
+        self._lifetime()
         self._path: str | None = None
         self._counts = dict.fromkeys(COUNTERS, 0)
         self._lock = threading.Lock()
@@ -112,15 +115,27 @@ class Monitor:
             self.register(module)
 
     # ----------------------------------------------------------------- registration
+    def _lifetime(self) -> None:
+        """Hooks that die with the monitor: a finalizer removes them when it is freed (it holds the list, not the
+        monitor, and the hooks hold the monitor weakly)."""
+        self._handles: list[HookHandle] = []
+        self._finalizer = weakref.finalize(self, _remove_all, self._handles)
+
     @property
     def module(self) -> nn.Module | None:
         """The module watched (or last watched); `None` when there is none or it was freed."""
-        return None if self._module is None else self._module()
+        return None if self._observed is None else self._observed()
 
     @property
     def is_registered(self) -> bool:
         """Whether the monitor's hooks are in place on a module that is still alive."""
         return self.module is not None and any(not handle.is_removed for handle in self._handles)
+
+    @property
+    def registered(self) -> bool:
+        """inferno's `registered`: whether `register()` placed hooks that `deregister()` has not removed, also when
+        the module they were on was freed since (`is_registered` tells whether it is alive)."""
+        return any(not handle.is_removed for handle in self._handles)
 
     @property
     def path(self) -> str | None:
@@ -136,10 +151,12 @@ class Monitor:
     def register(self: MonitorT, module: nn.Module | None = None) -> MonitorT:
         """Place the hooks on `module` (or on the module last registered) and return `self`.
 
-        Registering on the module already watched does nothing; on another module, the monitor moves there.
+        Registering on the module already watched does nothing; a monitor registered to another module (still
+        alive) refuses, as inferno's: `deregister()` it first to move it.
 
         Raises:
-            RuntimeError: no module is given and none was registered before (or it was freed).
+            RuntimeError: the monitor is registered to another module; or no module is given and none was
+                registered before (or it was freed).
             TypeError: `module` is not an `nn.Module`, or is a TorchScript module.
         """
         target = module if module is not None else self.module
@@ -149,19 +166,22 @@ class Monitor:
                 "call register(module)"
             )
         check_hookable(target)
-        if self.is_registered and target is self.module:
-            return self
+        if self.is_registered:
+            if target is self.module:
+                return self
+            raise RuntimeError(
+                f"{type(self).__name__}(Monitor) is already registered to a module so register() was ignored; "
+                "call deregister() first to move it to another module"
+            )
         self._check_target(target)
         self.deregister()
-        self._module = weakref.ref(target)
-        self._handles = self._attach(target)
+        self._observed = weakref.ref(target)
+        self._handles.extend(self._attach(target))
         return self
 
     def deregister(self) -> None:
         """Remove the hooks; calling it again does nothing. The state is kept."""
-        handles, self._handles = self._handles, []
-        for handle in reversed(handles):
-            handle.remove()
+        _remove_all(self._handles)
 
     def attach(self: MonitorT, module: nn.Module | None = None) -> MonitorT:
         """Same as `register(module)`."""
@@ -256,12 +276,11 @@ class Monitor:
         return save_state(path, self.state_dict(), kind=self.state_kind)
 
     def load(self, path: str | os.PathLike[str]) -> None:
-        """Deprecated: restore the state `save(path)` wrote; use `hookscope.load_state(path, monitor)`.
+        """Restore the state `save(path)` wrote into this monitor, in place (as `hookscope.load_state(path, m)`).
 
-        `X.load(path)` returns a new object wherever hookscope defines it; a monitor cannot be rebuilt from a
-        file (its selection and functions are code), so restoring one is `hookscope.load_state(path, monitor)`.
+        A monitor cannot be rebuilt from a file (its selection and functions are code), so `load` restores into
+        an existing one.
         """
-        deprecated_load(self, "m")
         state = load_state(path, kind=self.state_kind)
         with from_file(path):
             self.load_state_dict(state)
@@ -276,13 +295,44 @@ class Monitor:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
-        self._module, self._handles = None, []
+        self._observed = None
+        self._lifetime()
         self._detached_copy()
         self._clear_pending()
 
     # ----------------------------------------------------------------- for subclasses
     def _attach(self, module: nn.Module) -> list[HookHandle]:
-        raise NotImplementedError
+        """Place inferno's `prehook` / `posthook` (subclasses place their own hooks)."""
+        if self.prehook is None and self.posthook is None:
+            raise TypeError(
+                f"{type(self).__name__} places no hook: Monitor is the base of InputMonitor, OutputMonitor, "
+                "StateMonitor ...; use one of them, or pass prehook= / posthook= (a hook or a method name)"
+            )
+        handles = []
+        for kind, hook in (("forward_pre", self.prehook), ("forward", self.posthook)):
+            if hook is not None:
+                handles.append(self._hook(module, kind, self._weak(hook, gated=True)))
+        return handles
+
+    def _check_hook(self, argument: str, hook: str | Callable[..., Any] | None) -> str | Callable[..., Any] | None:
+        if hook is None:
+            return None
+        if type(self)._attach is not Monitor._attach:
+            raise TypeError(
+                f"{argument} must be None for {type(self).__name__}, which places its own hooks, got {hook!r}; "
+                f"{argument}= is for the base Monitor (inferno's), or a subclass that does not override _attach"
+            )
+        if isinstance(hook, str) and not callable(getattr(self, hook, None)):
+            methods = [name for name in dir(type(self)) if callable(getattr(type(self), name, None))]
+            close = closest_names(hook, methods, n=3)
+            hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+            raise ValueError(f"{argument} must name a method of {type(self).__name__}, got {hook!r}{hint}")
+        return hook
+
+    def _weak(self, hook: str | Callable[..., Any], gated: bool = False) -> Callable[..., Any]:
+        """`hook` (a method name, a bound method of this monitor or another callable), holding the monitor weakly."""
+        method = getattr(self, hook) if isinstance(hook, str) else hook
+        return WeakCall(self, method, gated)
 
     def _check_target(self, module: nn.Module) -> None:
         """Raise early for a module this monitor cannot watch."""
@@ -300,6 +350,7 @@ class Monitor:
         return tuple(tensor for _, tensor in tensor_leaves(observation))
 
     def _hook(self, module: nn.Module, kind: str, callback: Callable[..., None], **options: Any) -> HookHandle:
+        callback = callback if isinstance(callback, WeakCall) else self._weak(callback)
         return register_module_hook(
             module, kind, callback, owner=self, path=self._path, tags=(TAG,), prepend=self.prepend,
             errors=self.errors, **options,
@@ -307,7 +358,7 @@ class Monitor:
 
     def _admits(self, module: nn.Module) -> bool:
         """Whether a hook call on `module` should record: the watched module (not a copy) in an allowed mode."""
-        if self._module is None or module is not self._module():
+        if self._observed is None or module is not self._observed():
             return False
         if self.train_update if module.training else self.eval_update:
             return True
@@ -355,3 +406,34 @@ class Monitor:
         target = "None" if module is None else type(module).__name__
         state = "registered" if self.is_registered else "not registered"
         return f"{type(self).__name__}(reducer={self.reducer!r}, module={target}, path={self._path!r}, {state})"
+
+
+def _remove_all(handles: list[HookHandle]) -> None:
+    """Remove `handles`, newest first, emptying the list (the finalizer and `deregister()` share it)."""
+    while handles:
+        handles.pop().remove()
+
+
+class WeakCall:
+    """A monitor's hook that holds the monitor weakly: a bound method of it is re-bound at each call, another
+    callable is called as it is; once the monitor is freed the hook does nothing (and its finalizer removes it).
+
+    With `gated`, the call is made only when the monitor admits it (its module, not a copy, in an allowed mode).
+    """
+
+    __slots__ = ("__qualname__", "function", "gated", "is_method", "monitor")
+
+    def __init__(self, monitor: Monitor, method: Callable[..., Any], gated: bool = False) -> None:
+        self.monitor = weakref.ref(monitor)
+        self.is_method = getattr(method, "__self__", None) is monitor
+        self.function: Callable[..., Any] = getattr(method, "__func__", method) if self.is_method else method
+        self.gated = gated
+        self.__qualname__ = getattr(method, "__qualname__", type(method).__name__)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        monitor = self.monitor()
+        if monitor is None:
+            return None
+        if self.gated and args and isinstance(args[0], nn.Module) and not monitor._admits(args[0]):
+            return None
+        return self.function(monitor, *args, **kwargs) if self.is_method else self.function(*args, **kwargs)

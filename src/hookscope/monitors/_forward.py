@@ -23,8 +23,9 @@ class InputMonitor(Monitor):
     """Record the inputs of a module, before its forward runs.
 
     `filter_` and `map_` receive one tuple: the positional inputs followed by the values of the keyword
-    inputs, in call order. By default an observation is kept when it holds a tensor, and the first tensor is
-    pushed (inferno's `args[0]`, found also when the module was called with keywords only).
+    inputs, in call order. By default an observation is kept when it holds a tensor, and every tensor in it is
+    pushed, in order (inferno's: the inputs unpacked into the reducer); a reducer that follows one tensor then
+    needs a `map_` for a module called with several.
     Arguments as in `Monitor`.
 
     Example:
@@ -43,9 +44,6 @@ class InputMonitor(Monitor):
     def _on_input(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if self._admits(module):
             self._record((*args, *kwargs.values()) if kwargs else args)
-
-    def _default_map(self, *observation: Any) -> Any:
-        return next(tensor for _, tensor in tensor_leaves(observation))
 
 
 class OutputMonitor(Monitor):
@@ -229,13 +227,13 @@ class DifferenceMonitor(Monitor):
         return stack
 
     def _before(self, module: nn.Module, *_: Any) -> None:
-        if self._module is None or module is not self._module():
+        if self._observed is None or module is not self._observed():
             return
         admitted = self._admits(module)
         self._stack().append(_snapshot(resolve(module, self.attr)) if admitted else _GATED)
 
     def _after(self, module: nn.Module, args: Any, output: Any) -> None:
-        if self._module is None or module is not self._module():
+        if self._observed is None or module is not self._observed():
             return
         stack = self._stack()
         if not stack:  # registered during this very call: no "before" to pair with

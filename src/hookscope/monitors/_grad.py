@@ -42,7 +42,7 @@ class OutputGradMonitor(Monitor):
     def _attach(self, module: nn.Module) -> list[HookHandle]:
         return [
             register_output_grad_hook(
-                module, self._on_grad, owner=self, path=self._path, tags=(TAG,), errors=self.errors
+                module, self._weak(self._on_grad), owner=self, path=self._path, tags=(TAG,), errors=self.errors
             )
         ]
 
@@ -123,7 +123,7 @@ class ParameterGradMonitor(Monitor):
     def _attach(self, module: nn.Module) -> list[HookHandle]:
         parameter = resolve(module, self.attr)
         self._parameter = weakref.ref(parameter)
-        hook = self._on_accumulated
+        hook = self._weak(self._on_accumulated)
         return [
             register_post_accumulate_grad_hook(
                 parameter, hook, owner=self, path=self._path, tags=(TAG,), errors=self.errors

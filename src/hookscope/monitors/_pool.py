@@ -10,9 +10,8 @@ from typing import Any, ClassVar
 
 import torch.nn as nn
 
-from .._check import check_callable, checked, renamed
+from .._check import aliases, check_callable, checked
 from .._errors import closest_names
-from .._loading import deprecated_load
 from .._schema import Const, MapOf, Part, Record, SchemaError, check, found
 from ..checkpoint import from_file
 from ..hooks import Selector
@@ -60,7 +59,7 @@ class MonitorPool(Mapping[str, Monitor]):
     state_kind: ClassVar[str] = "monitor_pool"
     """The kind tag of the files `save` writes (`hookscope.load_state(path, obj)` reads it)."""
 
-    @renamed(selector="select")
+    @aliases(selector="select")
     @checked()
     def __init__(
         self, constructor: MonitorConstructor, model: nn.Module | None = None, select: Selector = None, attr: str = ""
@@ -227,9 +226,7 @@ class MonitorPool(Mapping[str, Monitor]):
         return save_state(path, self.state_dict(), kind=self.state_kind)
 
     def load(self, path: str | os.PathLike[str], strict: bool = True) -> None:
-        """Deprecated: restore the state `save(path)` wrote; use `hookscope.load_state(path, pool)` (see
-        `Monitor.load`)."""
-        deprecated_load(self, "pool")
+        """Restore the state `save(path)` wrote into this pool, in place (as `hookscope.load_state(path, pool)`)."""
         state = load_state(path, kind=self.state_kind)
         with from_file(path):
             self.load_state_dict(state, strict=strict)

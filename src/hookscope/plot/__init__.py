@@ -4,7 +4,8 @@
 `WatchResults`: activations per layer over steps, gradient flow, update-to-weight ratios against the 1e-3
 guide line, loss, output histograms, unit activity and one layer at a glance (`plot_layer`); `_weights.py` draws
 weight distributions. Every function returns a `matplotlib.figure.Figure` created without pyplot (Agg canvas,
-no global figure registry, nothing to close), so it works headless and in notebooks alike; `report` embeds them.
+no global figure registry, nothing to close, no window), so it works headless and in notebooks alike, where it
+shows once as a PNG (`_figure.NotebookFigure`); `report` embeds them.
 matplotlib is needed only when a function is called (`pip install matplotlib`).
 """
 

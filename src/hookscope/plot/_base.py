@@ -58,13 +58,16 @@ def near_zero_caption(threshold: object, *, signed: bool = False) -> str:
 def new_figure(nrows: int = 1, ncols: int = 1, figsize: tuple[float, float] = (8.0, 4.0)) -> tuple[Figure, Any]:
     """Return a Figure that pyplot does not track (no global state, freed with its last reference) and its axes.
 
-    The figure renders with the Agg canvas, so nothing here needs a display.
+    The figure renders with the Agg canvas, so nothing here needs a display and no window ever opens. In a
+    notebook it shows as a PNG once, when a cell returns it (`display(figure)` elsewhere): pyplot does not know
+    it, so the inline backend does not draw it a second time at the end of the cell.
     """
     from matplotlib import rc_context
     from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
 
-    figure = Figure(figsize=figsize)
+    from ._figure import NotebookFigure  # imports matplotlib: only when a plot is drawn
+
+    figure = NotebookFigure(figsize=figsize)
     FigureCanvasAgg(figure)
     with rc_context({"axes.titley": 1.0}):  # a fixed title place: placing it automatically measures every tick
         axes = figure.subplots(nrows, ncols, squeeze=False)

@@ -14,6 +14,8 @@ from ._base import as_array, axes_or_new, near_zero_caption, new_figure
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
+else:  # matplotlib is imported when a plot is drawn: an axes argument is matplotlib's to check, not @checked's
+    Axes = Figure = Any
 
 __all__ = ["color_dim", "layer_stats"]
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from .._check import FINITE, POSITIVE, checked
 from .._errors import unknown_name
-from ..watch._activity import DEAD_UNIT_ACTIVITY, count_inactive_units
+from ..results import DEAD_UNIT_ACTIVITY, WatchResults, count_inactive_units
 from ._base import (
     as_array,
     axes_or_new,
@@ -25,8 +25,8 @@ from ._base import (
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
-
-    from ..watch import WatchResults
+else:  # matplotlib is imported when a plot is drawn: an axes argument is matplotlib's to check, not @checked's
+    Axes = Figure = Any
 
 __all__ = [
     "UPDATE_RATIO_GUIDE",

@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 
 from .._check import checked
-from ..stats import auto_edges, check_bins, exponent_of
+from ..stats import auto_edges, check_bins, range_exponent
 from ..stats import counts as hist_counts
 from ._base import as_array, label, new_figure
 
@@ -50,7 +50,7 @@ def weight_histograms(
             continue
         values = tensor.detach().reshape(-1).double()
         finite = torch.isfinite(values)
-        exponent = exponent_of(torch.where(finite, values.abs(), 0.0).amax())
+        exponent = range_exponent(values)
         counts = hist_counts(values, finite.double(), bins, exponent)[:bins].cpu()
         out[name] = (counts, auto_edges(int(exponent), bins))  # one sync per parameter, at report time only
     return out

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import collections
+import math
 from typing import Any
 
 import torch
 
-from .._check import checked
+from .._check import FINITE, checked
 from .._schema import FLOAT, Int, Optional, Record, Rule, Tensor
 from ._base import Reducer, accumulate_dtype, move, single
 
@@ -121,7 +123,19 @@ class EMAReducer(_RunningReducer):
 class CAReducer(_RunningReducer):
     """Cumulative (arithmetic) average of every push, element-wise, in float32 or wider.
 
-    Shape changes follow `on_shape_change` as in `EMAReducer`.
+    Shape changes follow `on_shape_change` as in `EMAReducer`. inferno's constructor arguments are taken by
+    keyword: one push is one step of `step_time`, and `dump()` returns the running average after each of the
+    pushes within the last `duration` (oldest first): `ceil(duration / step_time)` of them (at least the current
+    one), or `floor(duration / step_time) + 1` with `inclusive=True` (a push exactly `duration` ago counts).
+
+    Args:
+        on_shape_change: `"drop"` or `"restart"`.
+        step_time: The time between pushes (inferno's `step_time`), > 0.
+        duration: How long a time `dump()` covers (inferno's `duration`), >= 0.
+        inclusive: Whether a push exactly `duration` ago is kept (inferno's `inclusive`).
+
+    Raises:
+        ValueError: `on_shape_change` is unknown, `step_time` is not positive or `duration` is negative.
 
     Example:
         >>> import torch
@@ -132,9 +146,76 @@ class CAReducer(_RunningReducer):
         3.0
     """
 
+    STATE = Record(
+        value=Optional(Tensor(FLOAT)),
+        count=Int(min=0),
+        history=Optional(Tensor(FLOAT)),
+        rules=[
+            Rule("value", lambda s: (s["value"] is None) == (s["count"] == 0), "must be None exactly when count is 0"),
+            Rule(
+                "history", lambda s: (s["history"] is None) == (s["count"] == 0), "must be None exactly when count is 0"
+            ),
+        ],
+    )
+
+    @checked(step_time=FINITE, duration=FINITE)
+    def __init__(
+        self, on_shape_change: str = "drop", *, step_time: float = 1.0, duration: float = 0.0, inclusive: bool = False
+    ) -> None:
+        if step_time <= 0:
+            raise ValueError(f"step_time must be a positive number (the time between pushes), got {step_time!r}")
+        if duration < 0:
+            raise ValueError(f"duration must be a number >= 0 (how long a time dump() covers), got {duration!r}")
+        super().__init__(on_shape_change)
+        self.step_time, self.duration, self.inclusive = float(step_time), float(duration), inclusive
+        self._history: collections.deque[torch.Tensor] = collections.deque(maxlen=_kept(step_time, duration, inclusive))
+
     def config(self) -> dict[str, Any]:
         """Return the constructor arguments."""
-        return {"on_shape_change": self.on_shape_change}
+        return {
+            "on_shape_change": self.on_shape_change,
+            "step_time": self.step_time,
+            "duration": self.duration,
+            "inclusive": self.inclusive,
+        }
+
+    def dump(self) -> torch.Tensor | None:
+        """Return the running average after each push within the last `duration`, oldest first; `None` when empty."""
+        return torch.stack(tuple(self._history)) if self._history else None
 
     def _fold(self, value: torch.Tensor, tensor: torch.Tensor) -> torch.Tensor:
         return value * ((self._count - 1) / self._count) + tensor / self._count  # no difference: no overflow
+
+    def _push(self, tensors: tuple[torch.Tensor, ...]) -> None:
+        before = self._value
+        super()._push(tensors)
+        if self._value is before:  # dropped (another shape)
+            return
+        if self._count == 1:  # a first push, or a restart on another shape
+            self._history.clear()
+        self._history.append(self._value)  # type: ignore[arg-type]
+
+    def _reset(self) -> None:
+        super()._reset()
+        self._history.clear()
+
+    def _move(self, device: torch.device) -> None:
+        super()._move(device)
+        self._history = collections.deque((move(t, device) for t in self._history), maxlen=self._history.maxlen)
+
+    def _state(self) -> dict[str, Any]:
+        return {**super()._state(), "history": self.dump()}
+
+    def _load(self, state: dict[str, Any]) -> None:
+        super()._load(state)
+        history = state["history"]
+        self._history.clear()
+        self._history.extend(() if history is None else history.clone().unbind(0))
+
+
+def _kept(step_time: float, duration: float, inclusive: bool) -> int:
+    """How many pushes `duration` covers at `step_time` per push (a ratio within 1e-9 of a whole number is one)."""
+    ratio = duration / step_time
+    whole = round(ratio)
+    ratio = whole if math.isclose(ratio, whole, rel_tol=1e-9, abs_tol=1e-9) else ratio
+    return math.floor(ratio) + 1 if inclusive else max(1, math.ceil(ratio))

@@ -34,8 +34,8 @@ class Reducer(ABC):
     the first push); `dump()` everything kept, oldest first, stacked along a new first dimension (`None` when
     empty); `view(step)` the value as of push number `step` (from 0) where the reducer keeps history;
     `clear()` forgets everything; `state_dict()` / `load_state_dict()` and `save(path)` / `Reducer.load(path)`
-    (a classmethod returning a new reducer) persist it; `pushes` and `dropped` count the observations seen and the
-    ones not kept. Pushes are thread-safe.
+    (on the class: a new reducer; on a reducer: restored in place) persist it; `pushes` and `dropped` count the
+    observations seen and the ones not kept. Pushes are thread-safe.
     """
 
     keeps_history: ClassVar[bool] = False
@@ -188,9 +188,10 @@ class Reducer(ABC):
     def load(cls: type[Reducer], path: str | os.PathLike[str]) -> Reducer:
         """Return a new reducer of the type and configuration `save(path)` wrote, with its state (never unpickles).
 
-        A classmethod: `r = StatsReducer.load(path)` (or `Reducer.load(path)`, whatever type the file holds).
-        Restoring into an existing reducer is `hookscope.load_state(path, r)`; `r.load(path)` raises `TypeError`.
-        Only hookscope's own reducer types are built (looked up by name), or `cls` itself when the file names it.
+        On the class: `r = StatsReducer.load(path)` (or `Reducer.load(path)`, whatever type the file holds). On a
+        reducer, `r.load(path)` restores the file into `r`, in place (as the first releases did; the same as
+        `hookscope.load_state(path, r)`). Only hookscope's own reducer types are built (looked up by name), or
+        `cls` itself when the file names it.
 
         Raises:
             ValueError: the file is not a reducer file, names a reducer type that is not hookscope's (nor `cls`),

@@ -17,9 +17,9 @@ from ..stats import (
     check_bins,
     check_range,
     counts,
-    exponent_of,
     fixed_edges,
-    rebin,
+    on_widest_range,
+    range_exponent,
 )
 from ._base import Reducer, move
 
@@ -114,10 +114,10 @@ class HistogramReducer(Reducer):
         if self.bounds is not None:
             acc["counts"] = acc["counts"] + counts(values, finite_mask, self.bins, None, self.bounds)
             return
-        largest = torch.where(finite, values.abs(), 0.0).amax()
-        target = torch.maximum(acc["exponent"], exponent_of(largest))
-        acc["counts"] = rebin(acc["counts"], acc["exponent"], target) + counts(values, finite_mask, self.bins, target)
-        acc["exponent"] = target
+        exponent = range_exponent(values)
+        new = counts(values, finite_mask, self.bins, exponent)
+        both, target = on_widest_range(torch.stack((acc["counts"], new)), torch.stack((acc["exponent"], exponent)))
+        acc["counts"], acc["exponent"] = both.sum(0), target
 
     def _reset(self) -> None:
         self._acc = {

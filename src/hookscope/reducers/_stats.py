@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from typing import Any
 
 import torch
@@ -120,17 +119,13 @@ class StatsReducer(Reducer):
         return combined
 
     def merge(self, other: StatsReducer) -> None:
-        """Deprecated: fold `other` into this reducer in place; use `combined = reducer.combine(other)`.
+        """Fold `other` into this reducer in place, exactly as if its values had been pushed here (the first
+        releases' name; `combine` returns a new reducer and leaves both inputs unchanged).
 
-        `merge_*` names are collectives across ranks (`hookscope.distributed.merge_stats_reducer`); folding
-        reducers held in this process is `combine`, which returns a new reducer.
+        Raises:
+            TypeError: `other` is not a `StatsReducer`.
+            ValueError: `other` has another `near_zero`.
         """
-        warnings.warn(
-            "StatsReducer.merge(other) is deprecated and will be removed in the next release: use "
-            "combined = reducer.combine(other) (a new reducer; inputs unchanged)",
-            FutureWarning,
-            stacklevel=2,
-        )
         self._check_other(other)
         self._fold(other)
 

@@ -15,8 +15,7 @@ from typing import Any
 import torch
 
 from .._io import atomic_write, load_bundle, save_bundle
-from ..watch import WatchResults
-from ..watch._results import RESULTS_FILE
+from ..results import RESULTS_FILE, WatchResults
 
 __all__ = [
     "DOCUMENT_FILE",
@@ -83,7 +82,7 @@ def summary_dict(summary: Any) -> dict[str, Any] | None:
 
 def default_meta() -> dict[str, Any]:
     """Return what every report records about the run that wrote it."""
-    from .. import __version__
+    from .._version import __version__
 
     return {
         "created": time.strftime("%Y-%m-%d %H:%M:%S %Z"),

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import html
 import re
 import unicodedata
 
 from .._check import checked
+from .._html import text
 from .._text import neutralize
 
 __all__ = ["neutralize", "safe_filename", "text"]
 
 _UNSAFE_FILE = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-def text(value: object) -> str:
-    """Return `value` as HTML text: neutralized (see `neutralize`), then escaped, quotes included."""
-    return html.escape(neutralize(value), quote=True)
 
 
 @checked()

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .._html import table
 from .._text import display_name, strip_terminal_codes
 from ..stats import SMALL_BELOW
 from ._data import DOCUMENT_FILE, RESULTS_FILE, WEIGHTS_FILE, ReportData
@@ -51,23 +52,7 @@ def figure_img(figure: Figure, alt: str, dpi: int = 80) -> str:
 
 
 def _table(header: Iterable[str], rows: Iterable[Iterable[Any]]) -> str:
-    head = "".join(f"<th>{text(cell)}</th>" for cell in header)
-    body = "".join(
-        "<tr>" + "".join(f"<td{_num(cell)}>{text(_cell(cell))}</td>" for cell in row) + "</tr>" for row in rows
-    )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def _num(cell: Any) -> str:
-    return ' class="num"' if isinstance(cell, (int, float)) and not isinstance(cell, bool) else ""
-
-
-def _cell(cell: Any) -> str:
-    if isinstance(cell, float):
-        return f"{cell:.4g}"
-    if isinstance(cell, int) and not isinstance(cell, bool):
-        return f"{cell:,}"
-    return "" if cell is None else str(cell)
+    return table(header, rows, styled=False)
 
 
 def _header(data: ReportData) -> str:

@@ -15,6 +15,7 @@ callbacks (`ActivationStats`), `watch()`, the weight tools and the distributed m
   re-bin exactly; fixed ranges count what falls outside).
 - `_norms.py`: norms of gradients, updates and weights, and the update-to-weight ratio.
 - `_units.py`: unit activity.
+- `_dtensor.py`: the one test of a DTensor (FSDP2) and this rank's part of one.
 - `_pending.py`, `_record_table.py`, `_norm_table.py`: tables of records filled by observations (small tensors
   copied and batched, large ones read at once as their sums and a sample): the machinery `ActivationStats` and
   `watch()` share.
@@ -22,6 +23,7 @@ callbacks (`ActivationStats`), `watch()`, the weight tools and the distributed m
 
 from ._batched import Segments, describe_segments, norm_segments
 from ._describe import RAW, Described, Sample, describe, describe_large, estimate, take_sample
+from ._dtensor import is_dtensor, is_sharded, local_part
 from ._histogram import (
     EXPONENT_NONE,
     OVERFLOW,
@@ -33,11 +35,23 @@ from ._histogram import (
     exponent_of,
     exponent_of_edges,
     fixed_edges,
+    on_widest_range,
+    range_exponent,
     rebin,
     segment_counts,
+    widest_exponent,
 )
 from ._norm_table import NormTable
-from ._norms import NORM, combine_norm_segments, combine_norms, estimate_norms, norm_of, ratio_of_norms, real_view
+from ._norms import (
+    NORM,
+    combine_norm_segments,
+    combine_norms,
+    estimate_norms,
+    norm_of,
+    ratio_of_norms,
+    real_view,
+    root_sum_squares,
+)
 from ._pending import SMALL_BELOW
 from ._record import RECORD, STATISTICS, Column, combine, combine_segments, empty, finalize, from_statistics
 from ._record_table import RecordTable
@@ -86,14 +100,21 @@ __all__ = [
     "finalize",
     "fixed_edges",
     "from_statistics",
+    "is_dtensor",
+    "is_sharded",
+    "local_part",
     "norm_of",
     "norm_segments",
+    "on_widest_range",
+    "range_exponent",
     "ratio_of_norms",
     "real_view",
     "rebin",
+    "root_sum_squares",
     "segment_counts",
     "take_sample",
     "unit_counts",
     "unit_dims",
     "wide_dtype",
+    "widest_exponent",
 ]

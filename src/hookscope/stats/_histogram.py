@@ -18,6 +18,7 @@ in no column (the moments record counts them). Everything stays on the device.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import torch
 
@@ -32,9 +33,12 @@ __all__ = [
     "exponent_of",
     "exponent_of_edges",
     "fixed_edges",
+    "on_widest_range",
+    "range_exponent",
     "rebin",
     "row_counts",
     "segment_counts",
+    "widest_exponent",
 ]
 
 EXPONENT_NONE = -1100
@@ -89,6 +93,14 @@ def exponent_of(largest: torch.Tensor) -> torch.Tensor:
     exponent = exponent.long().clamp(min=EXPONENT_MIN)
     valid = (largest > 0) & torch.isfinite(largest)
     return torch.where(valid, exponent, torch.full_like(exponent, EXPONENT_NONE))
+
+
+def range_exponent(values: torch.Tensor) -> torch.Tensor:
+    """The 0-d int64 exponent of the automatic range of `values`: `exponent_of` their largest finite magnitude."""
+    values = values.detach()
+    if values.numel() == 0:
+        return exponent_of(values.new_zeros(()))
+    return exponent_of(torch.where(torch.isfinite(values), values.abs(), 0.0).amax())
 
 
 def _codes(
@@ -193,6 +205,31 @@ def rebin(hist: torch.Tensor, exponent: torch.Tensor, target: torch.Tensor) -> t
     out[..., :bins].scatter_add_(-1, moved.expand(hist[..., :bins].shape), hist[..., :bins])
     out[..., bins:] = hist[..., bins:]
     return out
+
+
+def on_widest_range(hists: torch.Tensor, exponents: torch.Tensor, dim: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Put automatic-range histograms on the widest range among them: the one rule by which histograms of
+    different steps, records or ranks are brought together (exact: the edges nest).
+
+    Args:
+        hists: (..., bins + 2) counts, `exponents`' shape plus the counts' dimension.
+        exponents: Their ranges' exponents.
+        dim: The dimension of `exponents` whose histograms share one range.
+
+    Returns:
+        The counts re-binned onto the widest range (same shape), and that range's exponent (`exponents` without
+        `dim`; `EXPONENT_NONE` where there is nothing).
+    """
+    if exponents.shape[dim] == 0:
+        return hists, torch.full_like(exponents.sum(dim), EXPONENT_NONE)
+    target = exponents.amax(dim, keepdim=True)
+    return rebin(hists, exponents, target.expand_as(exponents)), target.squeeze(dim)
+
+
+def widest_exponent(exponents: Iterable[int]) -> int:
+    """The exponent of the widest of automatic ranges given as ints (`EXPONENT_NONE` for none): the range that
+    `on_widest_range` puts histograms on, for merges that choose it from small headers before re-binning."""
+    return max(exponents, default=EXPONENT_NONE)
 
 
 def auto_edges(exponent: int, bins: int) -> torch.Tensor:

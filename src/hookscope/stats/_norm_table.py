@@ -99,7 +99,7 @@ class NormTable(PendingTable):
     def _sampled_layout(self, parts: tuple[tuple[int, int, int], ...], width: int) -> tuple[torch.Tensor, torch.Tensor]:
         device = self.device or torch.device("cpu")
         numel = torch.tensor([float(n) for _, _, n in parts], dtype=torch.float64)
-        return self._members(parts, width), to_device(numel, device)
+        return self.members(parts, width), to_device(numel, device)
 
     def _grow(self, rows: int, device: torch.device) -> None:
         norms = torch.zeros(rows, self.keys, len(NORM), dtype=torch.float64, device=device)

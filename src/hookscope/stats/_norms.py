@@ -3,7 +3,9 @@
 A norm record is a float64 vector of `NORM` columns: the L2 norm of the finite values, the count of non-finite
 values, the count of values, and how many of them were estimated from a sample. The norm is kept rather than
 the sum of squares so that it stays finite whenever the norm itself is representable; records combine as the
-root of summed squares (`combine_norms`, i.e. `hypot`). Complex tensors count |z| (their real and imaginary
+root of summed squares, in units of the largest norm so that it never overflows (`root_sum_squares`: the one
+definition of merging norms, which `combine_norms`, `combine_norm_segments`, the distributed merges and the doctor
+call). Complex tensors count |z| (their real and imaginary
 parts both).
 """
 
@@ -24,6 +26,7 @@ __all__ = [
     "norm_of",
     "ratio_of_norms",
     "real_view",
+    "root_sum_squares",
 ]
 
 NORM = ("norm", "nonfinite", "count", "sampled")
@@ -81,10 +84,28 @@ def _exact_norm(flat: torch.Tensor) -> torch.Tensor:
     return torch.stack((norm, count - finite.sum(), count, torch.zeros_like(norm)))
 
 
+def root_sum_squares(norms: torch.Tensor, dim: int = 0) -> torch.Tensor:
+    """The norm of the union of values whose norms are `norms`, along `dim`: the root of their summed squares,
+    computed in units of the largest (float64; never overflowing while the result is representable).
+
+    Example:
+        >>> root_sum_squares(torch.tensor([3e200, 4e200])).item()
+        5e+200
+    """
+    norms = norms.double()
+    unit = _unit(norms.abs().amax(dim, keepdim=True))
+    return ((norms / unit).square().sum(dim, keepdim=True).sqrt() * unit).squeeze(dim)
+
+
+def _unit(largest: torch.Tensor) -> torch.Tensor:
+    """The unit of `root_sum_squares`: the largest norm, or 1 where it is 0 or not finite."""
+    return torch.where((largest > 0) & torch.isfinite(largest), largest, torch.ones_like(largest))
+
+
 def combine_norms(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """The norm records of the union of the values of `a` and `b` (elementwise over leading dimensions)."""
     out = a.double() + b.double()
-    out[..., 0] = torch.hypot(a[..., 0].double(), b[..., 0].double())
+    out[..., 0] = root_sum_squares(torch.stack((a[..., 0], b[..., 0])), dim=0)
     return out
 
 
@@ -94,7 +115,7 @@ def combine_norm_segments(norms: torch.Tensor, segment: torch.Tensor, groups: in
     norms = norms.double()
     unit = torch.zeros(groups, dtype=torch.float64, device=norms.device)
     unit = unit.scatter_reduce_(0, segment, norms[:, 0], "amax")
-    unit = torch.where((unit > 0) & torch.isfinite(unit), unit, torch.ones_like(unit))
+    unit = _unit(unit)
     out = torch.zeros(groups, len(NORM), dtype=torch.float64, device=norms.device).index_add_(0, segment, norms)
     squares = torch.zeros_like(unit).index_add_(0, segment, (norms[:, 0] / unit.index_select(0, segment)).square())
     out[:, 0] = squares.sqrt() * unit

@@ -95,7 +95,7 @@ class PendingTable:
         small = self._small
         base = min(row for row, _, _ in small)
         parts = tuple((row - base, key, shape) for row, members, _ in small for key, shape in members)
-        values = torch._C._nn.flatten_dense_tensors([t for _, _, t in small]).double()
+        values = torch.cat([t.reshape(-1) for _, _, t in small]).double()
         return base, parts, values
 
     def _keep_sample(self, row: int, key: int, sample: Sample, plan: Any) -> None:
@@ -111,7 +111,7 @@ class PendingTable:
         self, sampled: list[tuple[int, int, Sample, Any]]
     ) -> tuple[tuple[tuple[int, int, int], ...], torch.Tensor, torch.Tensor]:
         """A block of samples as (key, count, numel) parts (what a layout depends on), their values as the rows of
-        one (G, width) float32 matrix (`_members` says which entries are the sample) and their exact readings
+        one (G, width) float32 matrix (`members` says which entries are the sample) and their exact readings
         (G, len(RAW))."""
         parts = tuple((key, s.count, s.numel) for _, key, s, _ in sampled)
         first = sampled[0][2].values
@@ -120,7 +120,7 @@ class PendingTable:
         raw = torch.stack([reading.float() for _, _, s, _ in sampled for reading in s.raw]).view(len(sampled), -1)
         return parts, values, raw
 
-    def _members(self, parts: tuple[tuple[int, int, int], ...], width: int) -> torch.Tensor:
+    def members(self, parts: tuple[tuple[int, int, int], ...], width: int) -> torch.Tensor:
         """(G, width) float32: 1.0 for the entries of the rows of `_sampled_values` that are the samples, 0.0 for
         the padding."""
         counts = torch.tensor([count for _, count, _ in parts])

@@ -304,7 +304,7 @@ class _SampledLayout:
         self, parts: tuple[tuple[int, int, int], ...], plans: tuple[Any, ...], width: int, table: RecordTable
     ) -> None:
         device = table.device or torch.device("cpu")
-        self.members = table._members(parts, width)
+        self.members = table.members(parts, width)
         self.numel = to_device(torch.tensor([float(n) for _, _, n in parts], dtype=torch.float64), device)
         bounds = [table.saturation[key] for key, _, _ in parts]
         self.saturation: tuple[torch.Tensor, torch.Tensor] | None = None

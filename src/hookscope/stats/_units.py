@@ -16,7 +16,22 @@ from ._describe import Described
 
 __all__ = ["UnitCounts", "active", "unit_counts", "unit_dims"]
 
-_CHANNEL_FIRST = (nn.modules.conv._ConvNd, nn.modules.batchnorm._NormBase, nn.GroupNorm)
+_CHANNEL_FIRST = (
+    nn.Conv1d,
+    nn.Conv2d,
+    nn.Conv3d,
+    nn.ConvTranspose1d,
+    nn.ConvTranspose2d,
+    nn.ConvTranspose3d,
+    nn.BatchNorm1d,
+    nn.BatchNorm2d,
+    nn.BatchNorm3d,
+    nn.SyncBatchNorm,
+    nn.InstanceNorm1d,
+    nn.InstanceNorm2d,
+    nn.InstanceNorm3d,
+    nn.GroupNorm,
+)
 
 
 def unit_dims(module: nn.Module | None, ndim: int) -> tuple[int, tuple[int, ...]] | None:

@@ -6,10 +6,11 @@ activations, and turns off the fused kernels it cannot see), then builds one `La
 (`_build.py`; parameters, pruning masks and lazy modules in `_params.py`) into a `ModelSummary` (`_table.py`).
 Without inputs or a forward it runs nothing and lists the parameters. `with_backward`/`optimizer` add a training
 memory estimate (`_memory.py`). Renderings are pure: `_columns.py` (the columns and view options), `_cells.py`
-(lines and cells), `_fit.py` (shortening paths and names to fit a width, never numbers) and `_render.py` (text
-and rich). Inputs are given or built from shapes (`_inputs.py`); shapes of nested values are described by
-`_shapes.py`. The fastai probes live in `_probes.py` and use the same recorder. Hooks go through
-`hookscope.hooks` only and are removed, and every module's train/eval mode restored, even when forward raises.
+(lines and cells), `_fit.py` (shortening paths and names to fit a width, never numbers), `_render.py` (text
+and rich) and `_html.py` (the notebook's HTML table and the one-line repr). Inputs are given or built from
+shapes (`_inputs.py`); shapes of nested values are described by `_shapes.py`. The fastai probes live in
+`_probes.py` and use the same recorder. Hooks go through `hookscope.hooks` only and are removed, and every
+module's train/eval mode restored, even when forward raises.
 
 `hookscope.summary` (the attribute of the top-level package) is the function; import the rest from here:
 `from hookscope.summary import ModelSummary, layer_info`.

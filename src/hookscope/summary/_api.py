@@ -27,7 +27,6 @@ def summary(
     model: nn.Module,
     *args: Any,
     input_size: Any = None,
-    input_shape: Any = None,
     dtypes: Any = None,
     batch_dim: int | None = None,
     device: torch.device | str | None = None,
@@ -46,7 +45,7 @@ def summary(
 
     The inputs are `model(*args, **kwargs)` as given (tensors, dicts, nested structures, `None`s), or tensors
     built from shapes: `input_size=(2, 3, 32, 32)`, a list of shapes for several positional inputs or a dict of
-    shapes for keyword inputs (`input_shape=` is the same argument), with `**kwargs` passed along. Float inputs
+    shapes for keyword inputs (torchinfo's `input_size`), with `**kwargs` passed along. Float inputs
     are drawn from a private generator (the global RNG is untouched), integer inputs are zeros; `dtypes` sets
     them (one dtype, or one per input; `torch.long`, `torch.LongTensor` or `"int64"`). With `batch_dim`, the
     shapes leave out the batch dimension and a batch of one is inserted there. The forward runs once under
@@ -63,7 +62,6 @@ def summary(
         model: The model.
         *args: Positional inputs of `model.forward`.
         input_size: Shapes to build the inputs from, instead of giving them.
-        input_shape: Alias of `input_size`.
         dtypes: Dtype(s) of the inputs built from shapes (default float32).
         batch_dim: Where the batch dimension goes in the shapes of `input_size`, which then leave it out.
         device: Where to put the inputs (default: the model's device).
@@ -100,7 +98,6 @@ def summary(
     """
     if not is_scripted(model):
         check_hookable(model, "model")
-    input_size = _one_input_size(input_size, input_shape)
     backward = _check_backward(with_backward, optimizer)
     run_mode = _check_mode(mode, backward)
     _check_depth(depth, batch_dim)
@@ -128,14 +125,6 @@ def summary(
     memory = None if saved is None else training_memory(root, saved, optimizer, tensor_bytes((args, kwargs)))
     options = BuildOptions(run_mode, depth, reason, batch_dim, memory, view)
     return build_summary(root, nodes, hooks, modes, run, (args, kwargs), options)
-
-
-def _one_input_size(input_size: Any, input_shape: Any) -> Any:
-    if input_shape is None:
-        return input_size
-    if input_size is not None:
-        raise ValueError(f"input_shape is an alias of input_size: give one, got both ({input_shape!r})")
-    return input_shape
 
 
 def _check_backward(with_backward: Any, optimizer: Any) -> bool:

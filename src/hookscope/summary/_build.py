@@ -11,6 +11,7 @@ import torch.nn as nn
 from torch.nn.modules.lazy import LazyModuleMixin
 from torch.nn.parameter import is_lazy
 
+from .._torch import children as registered_children
 from ..hooks import HookInfo, list_hooks, unwrap
 from ._collect import CallRecord, ForwardRun
 from ._columns import TableView
@@ -45,9 +46,7 @@ def walk(model: nn.Module) -> list[Node]:
             continue
         first[id(module)] = path
         nodes.append(Node(path, module, depth, None))
-        children = [
-            (f"{path}.{name}" if path else name, c, depth + 1) for name, c in module._modules.items() if c is not None
-        ]
+        children = [(f"{path}.{name}" if path else name, c, depth + 1) for name, c in registered_children(module)]
         pending += reversed(children)
     return nodes
 
@@ -82,8 +81,7 @@ def hook_labels(model: nn.Module, nodes: list[Node]) -> dict[str, list[str]]:
 def _lazy_init_hooks(module: nn.Module) -> int:
     if not isinstance(module, LazyModuleMixin):
         return 0
-    infer = LazyModuleMixin._infer_parameters
-    return sum(getattr(hook, "__func__", None) is infer for hook in module._forward_pre_hooks.values())
+    return int(module.has_uninitialized_params())  # its one initializing pre-hook is there until it initializes
 
 
 def _label(info: HookInfo) -> str:

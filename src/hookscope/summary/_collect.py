@@ -184,14 +184,14 @@ def restored_modes(model: nn.Module, keep_buffers: bool = False) -> Iterator[Non
             module.training = training
         with torch.no_grad():
             for module, name, buffer, value in saved:
-                module._buffers[name] = buffer
+                setattr(module, name, buffer)
                 if buffer is not None and value is not None:
                     buffer.copy_(value)
 
 
 def _buffers(model: nn.Module) -> list[tuple[nn.Module, str, torch.Tensor | None, torch.Tensor | None]]:
-    saved = []
+    saved: list[tuple[nn.Module, str, torch.Tensor | None, torch.Tensor | None]] = []
     for module in model.modules():
-        for name, buffer in module._buffers.items():
+        for name, buffer in module.named_buffers(recurse=False):
             saved.append((module, name, buffer, None if buffer is None else buffer.detach().clone()))
     return saved

@@ -23,6 +23,8 @@ import torch
 import torch.nn as nn
 from torch.utils import flop_counter
 
+from .._torch import aten_ops
+
 __all__ = ["COUNTED_OPS", "EXTRA_FLOP_FORMULAS", "countable_kernels", "flop_counter_mode"]
 
 COUNTED_OPS = (
@@ -61,14 +63,14 @@ def _per_element(flops: int) -> Any:
 
 def _extra_formulas() -> dict[Any, Any]:
     formulas: dict[Any, Any] = {}
-    cpu_flash = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-    if cpu_flash is not None and cpu_flash not in flop_counter.flop_registry:
+    for cpu_flash in aten_ops(("_scaled_dot_product_flash_attention_for_cpu",), "FLOPs"):
+        if cpu_flash in flop_counter.flop_registry:
+            continue
         # The module-level formula is already shape-wrapped; FlopCounterMode wraps custom ones itself.
         formulas[cpu_flash] = getattr(flop_counter.sdpa_flop, "__wrapped__", flop_counter.sdpa_flop)
     for names, flops in ((_NORMALIZATIONS, 2), (_ACTIVATIONS, 1)):
-        for name in names:
-            op = getattr(torch.ops.aten, name, None)
-            if op is not None and op not in flop_counter.flop_registry:
+        for op in aten_ops(names, "FLOPs"):
+            if op not in flop_counter.flop_registry:
                 formulas[op] = _per_element(flops)
     return formulas
 

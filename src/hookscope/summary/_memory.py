@@ -88,7 +88,7 @@ class TrainingMemory:
 
 def storage_key(tensor: torch.Tensor) -> int:
     """Identify the storage under `tensor` (views share it); meta storages too, which have no data pointer."""
-    return int(tensor.untyped_storage()._cdata)
+    return int(StorageWeakRef(tensor.untyped_storage()).cdata)  # type: ignore[no-untyped-call]
 
 
 class SavedTensors:

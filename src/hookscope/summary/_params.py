@@ -63,7 +63,7 @@ def count_bytes(tensors: Iterable[torch.Tensor]) -> int:
 def _mask_of(module: nn.Module, name: str) -> torch.Tensor | None:
     if not name.endswith(_ORIG):
         return None
-    mask = module._buffers.get(name[: -len(_ORIG)] + _MASK)
+    mask = dict(module.named_buffers(recurse=False)).get(name[: -len(_ORIG)] + _MASK)
     return mask if isinstance(mask, torch.Tensor) and not is_lazy(mask) else None
 
 

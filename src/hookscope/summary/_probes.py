@@ -12,10 +12,10 @@ import torch
 import torch.nn as nn
 
 from .._check import checked
-from ..hooks import check_hookable, map_tensors, unwrap
+from ..hooks import check_hookable, map_tensors, tensor_leaves, unwrap
 from ._build import walk
-from ._collect import restored_modes, run_forward
-from ._shapes import as_lists, format_shape
+from ._collect import CallRecord, restored_modes, run_forward
+from ._shapes import as_lists
 
 __all__ = [
     "dummy_eval",
@@ -132,57 +132,103 @@ def num_features_model(m: nn.Module) -> int:
     ) from failure
 
 
-def _leaf_calls(model: nn.Module, xb: tuple[Any, ...]) -> list[tuple[nn.Module, Any]]:
+def _leaf_calls(model: nn.Module, xb: tuple[Any, ...]) -> list[tuple[nn.Module, CallRecord]]:
     check_hookable(model, "model")
     root = unwrap(model)
-    leaves = {id(n.module): n for n in walk(root) if n.same_as is None and not n.module._modules}
+    leaves = {id(n.module): n for n in walk(root) if n.same_as is None and next(n.module.children(), None) is None}
     run = run_forward(root, {key: n.path for key, n in leaves.items()}, xb, {}, count_flops=False)
-    return [(leaves[call.module_id].module, call.output_shape) for call in run.calls]
+    return [(leaves[call.module_id].module, call) for call in run.calls]
+
+
+LayerInfo = tuple[str, int | str, bool | str, Any, bool]
 
 
 @checked()
-def layer_info(model: nn.Module, *xb: Any) -> list[tuple[str, int, bool, Any]]:
-    """Return `(type name, params, trainable, output shape as a list)` per leaf-module call, in forward order.
+def layer_info(model: nn.Module, *xb: Any) -> list[LayerInfo]:
+    """Return fastai's `(type name, params, trainable, output shape, same)` per leaf-module call, in forward order.
 
-    Computed on the first sample of the batch (batch dimension 1), in eval mode without gradients; the modes
-    are restored after.
+    As fastai: `params` and `trainable` come from `total_params` for a layer with a `weight` attribute and are `''`
+    for the others (activations, pooling, `Flatten`); `same` says whether the layer kept the shape of an input
+    (fastai's test: some input `i[k]` with `i[k].shape[1:] == o[k].shape`). Shapes are lists (nested for nested
+    outputs). Computed on the first sample of the batch (batch dimension 1), in eval mode without gradients; the
+    modes are restored after. Unlike fastai (one row per hooked module, its last call), a module called twice
+    gives two rows.
 
     Example:
         >>> import torch
         >>> layer_info(nn.Sequential(nn.Linear(1, 2), nn.ReLU()), torch.zeros(8, 1))
-        [('Linear', 4, True, [1, 2]), ('ReLU', 0, False, [1, 2])]
+        [('Linear', 4, True, [1, 2], False), ('ReLU', '', '', [1, 2], True)]
     """
     batch = map_tensors(xb, lambda t: t[:1] if t.dim() > 0 else t)
-    return [(type(m).__name__, *total_params(m), as_lists(shape)) for m, shape in _leaf_calls(model, batch)]
+    return [_info(m, call) for m, call in _leaf_calls(model, batch)]
 
 
-def _times(description: Any) -> str:
+def _info(module: nn.Module, call: CallRecord) -> LayerInfo:
+    params, trainable = total_params(module) if hasattr(module, "weight") else ("", "")
+    return (type(module).__name__, params, trainable, as_lists(call.output_shape), _same(call))
+
+
+def _same(call: CallRecord) -> bool:
+    """fastai's flag: `any(i[k].shape[1:] == o[k].shape)` over the inputs `i` and the items `o[k]` of the output."""
+    inputs, output = call.input_shape, call.output_shape
+    inputs = [inputs] if isinstance(inputs, torch.Size) else list(inputs) if isinstance(inputs, tuple) else []
+    if isinstance(output, torch.Size):
+        items = [output[1:]] * (output[0] if len(output) else 0)  # o[k] of a tensor: one row
+    else:
+        items = list(output) if isinstance(output, tuple) else []
+    pairs = zip(inputs, items, strict=False)
+    return any(isinstance(i, torch.Size) and isinstance(o, torch.Size) and i[1:] == o for i, o in pairs)
+
+
+def _fastai_shape(description: Any, batch_size: int) -> str:
+    """fastai's `_print_shapes`: a shape with the real batch size, `16 x 50`; the first one of a tuple."""
     if isinstance(description, torch.Size):
-        return " x ".join(str(d) for d in description)
-    return format_shape(description, sep=" x ")
+        return " x ".join([str(batch_size)] + [str(d) for d in description[1:]])
+    if isinstance(description, tuple) and description:
+        first = description[0]
+        first = next(iter(first.values()), ()) if isinstance(first, dict) and first else first
+        if isinstance(first, tuple):
+            return " x ".join([str(batch_size)] + [str(d) for d in first[1:]])
+    if isinstance(description, dict) and description:
+        return _fastai_shape(next(iter(description.values())), batch_size)
+    return str(description)
+
+
+def _batch_size(xb: tuple[Any, ...]) -> int:
+    for _, tensor in tensor_leaves(xb):
+        return int(tensor.shape[0]) if tensor.dim() else 1
+    return 1
 
 
 @checked()
 def module_summary(model: nn.Module, *xb: Any) -> str:
-    """Return fastai's printable table for `model` on the batch `xb`, and its parameter totals.
+    """Return fastai's printable table for `model` on the batch `xb`, and its parameter totals, as fastai prints it.
 
-    One line per leaf-module call (layer type, params, trainable), grouped under the output shape with the real
-    batch size; totals count every parameter of the model once (shared ones too, and those of non-leaf modules).
+    The text is fastai's to the character (padded columns with their trailing spaces, a blank line at the end):
+    one line per leaf-module call (layer type, params, trainable), a new group with the output shape (batch size
+    from `xb`, the first input's shape in the title) wherever a layer changes the shape. Unlike fastai, the totals
+    count every parameter of the model once, also those of modules that are not leaves (fastai misses them).
     """
-    calls = _leaf_calls(model, xb)
-    inputs = ", ".join(_times(t.shape) if isinstance(t, torch.Tensor) else format_shape(t) for t in xb)
-    lines = [f"{type(unwrap(model)).__name__} (Input shape: {inputs})", "=" * _WIDTH]
-    lines += [f"{'Layer (type)':<20} {'Output Shape':<20} {'Param #':<10} {'Trainable':<10}", "=" * _WIDTH]
-    previous: Any = object()
-    for index, (module, shape) in enumerate(calls):
-        if shape != previous:
-            lines += ([] if index == 0 else ["_" * _WIDTH]) + [f"{'':<20} {_times(shape):<20}"]
-        count, trainable = total_params(module)
-        params, flag = (f"{count}", str(trainable)) if count else ("", "")
-        lines.append(f"{type(module).__name__:<20} {'':<20} {params:<10} {flag:<10}")
+    calls = [(call, _info(module, call)) for module, call in _leaf_calls(model, xb)]
+    batch_size = _batch_size(xb)
+    shapes = tuple(t.shape if isinstance(t, torch.Tensor) else t for t in xb)
+    text = f"{type(unwrap(model)).__name__} (Input shape: {_fastai_shape(shapes, batch_size)})\n"
+    text += "=" * _WIDTH + "\n"
+    text += f"{'Layer (type)':<20} {'Output Shape':<20} {'Param #':<10} {'Trainable':<10}\n"
+    text += "=" * _WIDTH
+    previous: Any = None
+    for index, (call, (name, params, trainable, _, same)) in enumerate(calls):
+        shape = call.output_shape
+        if index == 0:
+            text += f"\n{'':<20} {_fastai_shape(shape, batch_size)[:19]:<20}"
+        elif not same and previous != shape:
+            text += "\n" + "_" * _WIDTH + "\n" + f"{'':<20} {_fastai_shape(shape, batch_size)[:19]:<20}"
+        text += f"\n{name:<20} {'':<20} {params:<10} {trainable!s:<10}"
         previous = shape
     count, _ = total_params(model)
     trainable_count = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    lines += ["_" * _WIDTH, "", f"Total params: {count:,}", f"Total trainable params: {trainable_count:,}"]
-    lines.append(f"Total non-trainable params: {count - trainable_count:,}")
-    return "\n".join(line.rstrip() for line in lines) + "\n"
+    text += "\n" + "_" * _WIDTH + "\n"
+    text += f"\nTotal params: {count:,}\n"
+    text += f"Total trainable params: {trainable_count:,}\n"
+    text += f"Total non-trainable params: {count - trainable_count:,}\n\n"
+    return text

@@ -100,8 +100,9 @@ class LayerRow:
 class ModelSummary:
     """What `summary(model, ...)` found: rows in model order, totals, and renderings.
 
-    `str(s)` / `repr(s)` is the text table; `s.to_text(depth=1, ascii_only=True)` folds and picks the
-    characters; `rich.print(s)` draws a rich table fitted to the terminal's width; `s.to_dict()` is JSON-ready.
+    `str(s)` (`print(s)`) is the text table, `repr(s)` one line; a notebook shows the table in HTML;
+    `s.to_text(depth=1, ascii_only=True)` folds and picks the characters; `rich.print(s)` draws a rich table fitted
+    to the terminal's width; `s.to_dict()` is JSON-ready.
     `s["encoder.0"]` is the row at a path.
 
     Attributes:
@@ -265,4 +266,12 @@ class ModelSummary:
         return self.to_text()
 
     def __repr__(self) -> str:
-        return self.to_text()
+        from ._html import short_repr
+
+        return short_repr(self)
+
+    def _repr_html_(self) -> str:
+        """The table in HTML, for notebooks (`IPython.display` calls it)."""
+        from ._html import render_html
+
+        return render_html(self, self.depth)

@@ -1,22 +1,25 @@
-"""watch(): one line to monitor a model while it trains, and `WatchResults`, what it collected.
+"""watch(): one line to monitor a model while it trains; what it collects is `hookscope.results.WatchResults`.
 
-`_api.py` holds `watch()`, `_options.py` its keywords (written once, shared with `Watch`);
-`_watch.py` `Watch` (a `hookscope.callbacks.Callback` that drives itself in plain
-loops; `_scaler.py` its view of a `GradScaler`); `_recorder.py` the hooks, `_step.py` and `_params.py` what they
-add to the steps' rows (`_buffers.py`: one row per recorded step in the engine's tables, `hookscope.stats`, moved
-to the host when full or read; every statistic is the engine's); `_inspect.py` what is read from modules besides
-statistics; `_store.py` the bounded host-side store; `_assemble.py` and `_extras.py` turn all of it into `WatchResults`
-(`_results.py`: the schema the doctor, plots and report read, saved as safetensors + JSON); `_sinks.py` sends
-flushed steps to CSV, JSON lines or TensorBoard; `_state.py` resumes a run.
+Read in this order, a value goes from a hook to the results: `_api.py` `watch()` makes a `Watch` (`_watch.py`,
+a `hookscope.callbacks.Callback`; `_options.py` holds every keyword once). `Watch` composes a `Recorder`
+(`_recorder.py`: the forward and gradient hooks of the selected modules and the device rows they fill, with
+`_entry.py` for what a hook stages and `_params.py` for parameter gradients and update ratios; `_buffers.py`: one
+row per measured step in the engine's tables, `hookscope.stats`) and a `Stepper` (`_stepper.py`: the step rule;
+the one writer of `StepState`, `_step.py`, that the hooks read; `_budget.py` chooses which steps are measured;
+`_store.py` keeps the closed steps on the host). `_assemble.py` and `_extras.py` turn the kept steps into
+`WatchResults`. Around them: `_scaler.py` reads a `GradScaler`, `_inspect.py` what is read from modules besides
+statistics, `_sinks.py` sends flushed steps to CSV, JSON lines or TensorBoard, `_wandb.py` and `_mlflow.py` to
+W&B and MLflow (`_trackers.py`: the names they share), `_state.py` is the format of a resumable state.
 """
 
 from .._errors import UnobservedModuleWarning
+from ..results import ACTIVATION_STATS, GRAD_STATS, WatchResults, combine_results, merge_results
 from ._api import watch
 from ._inspect import identical_units
-from ._merge import combine_results, merge_results
+from ._mlflow import MLflowSink
 from ._options import GROUPS
-from ._results import ACTIVATION_STATS, GRAD_STATS, WatchResults
 from ._sinks import CSVSink, JSONLSink, Sink, TensorBoardSink
+from ._wandb import WandbSink
 from ._watch import ACTIVATION_TYPES, Watch, default_selector
 
 __all__ = [
@@ -26,9 +29,11 @@ __all__ = [
     "GROUPS",
     "CSVSink",
     "JSONLSink",
+    "MLflowSink",
     "Sink",
     "TensorBoardSink",
     "UnobservedModuleWarning",
+    "WandbSink",
     "Watch",
     "WatchResults",
     "combine_results",

@@ -30,10 +30,11 @@ def watch(model: nn.Module, optimizer: torch.optim.Optimizer | None = None, **op
     Cost: an output or gradient of 16384 values or more is described as soon as its hook sees it, in a few
     passes (its gradients' non-finite column is then a flag: 1 when the gradient's norm is not finite, rather than
     an exact count, which would take three more passes); smaller tensors are kept, and those of up to 32 steps
-    are described together with a fixed number of torch calls. Steps `every` skips cost one min/max per output, or
-    nothing with `check_nonfinite=False`. Attached before `torch.compile`, the hooks compile into the graph
-    without graph breaks, and the statistics are the same as in eager mode (compiled backwards cannot report the
-    order they ran in: `first_nonfinite` assumes the reverse of the forward order).
+    are described together with a fixed number of torch calls. Steps not measured cost nothing under the budget
+    (the default); with `every`, one min/max per output, or nothing with `check_nonfinite=False`. Attached before
+    `torch.compile`, the hooks compile into the graph without graph breaks, and the statistics are the same as in
+    eager mode (compiled backwards cannot report the order they ran in: `first_nonfinite` assumes the reverse of
+    the forward order).
 
     A step is one optimizer step when `optimizer` is given (the forwards of gradient accumulation, and those of a
     closure such as LBFGS's, merge into it), else one training forward of `model` (the root) with its backward.
@@ -42,7 +43,7 @@ def watch(model: nn.Module, optimizer: torch.optim.Optimizer | None = None, **op
     never run in a step are listed in `results().unobserved` with advice, and warned about once. A failure inside
     the watch's own hooks never reaches the training: it is counted in `dropped["error"]` and warned about once
     (`HookFailureWarning`), or raised with `strict=True`. A model holding the watch can be pickled, saved with
-    `torch.save` and deep-copied: the copy carries inert hooks.
+    `torch.save` and deep-copied: the copy carries no hook of the watch (it loads without hookscope).
 
     The keywords after `optimizer` are written once, in `hookscope.watch._options.WatchOptions` (shared with `Watch`).
 
@@ -51,7 +52,15 @@ def watch(model: nn.Module, optimizer: torch.optim.Optimizer | None = None, **op
         optimizer: Its optimizer: steps count its steps, update ratios are recorded.
         select: Which modules (a `hookscope.hooks` selector); default: modules with parameters of their own and
             activation modules (`ACTIVATION_TYPES`).
-        every: Record one step in `every`.
+        budget: The largest share of the run's time hookscope may take (default 0.03: 3 %, about 1.03 times the
+            bare step). hookscope times its own work on the host (its hooks, the end of measured steps, flushes,
+            the live doctor) against the steps' time and measures a step whenever the run has time to spare, so
+            its cost stays within the budget on any model; the first 16 steps are measured whatever they cost. On
+            the steps it does not measure, its per-module hooks return at once (counted in
+            `dropped["sampling"]`). `results().meta["measured"]` says how many steps were measured and what they
+            cost. `None`: measure every `every`-th step (with `every=1`, every step).
+        every: Measure exactly one step in `every` instead of following the budget (`every=1`: every step).
+        max_steps: The number of steps the run is planned for, when known: its last step is measured too.
         train_only: Record training-mode forwards only (`False`: eval-mode forwards are steps too).
         groups: What to collect, from `GROUPS` (default: all).
         capacity: The most recorded steps kept on the host (`None`: all). When full, every other step is dropped
@@ -60,8 +69,9 @@ def watch(model: nn.Module, optimizer: torch.optim.Optimizer | None = None, **op
         hist_bins: Histogram bins.
         hist_range: `(low, high)` of the histograms; `None`: symmetric, from each module's first record.
         near_zero: The `near_zero` statistic counts values with `|x| <= near_zero`.
-        check_nonfinite: Also check the steps `every` skips for non-finite outputs and gradients (one pass per
-            output; the recorded steps are always checked).
+        check_nonfinite: Also check the steps not measured for non-finite outputs and gradients (one pass per
+            output; the measured steps are always checked). Default: with `every`, yes; under a budget, no (a step
+            not measured then costs nothing).
         sinks: Where to send each flushed block of steps (`CSVSink`, `JSONLSink`, `TensorBoardSink`).
         doctor: Run `hookscope.doctor` every `doctor_every` recorded steps and warn once per finding.
         doctor_every: See `doctor`.

@@ -1,19 +1,16 @@
-"""Turn recorded tables into `WatchResults`, and find where values first became non-finite."""
+"""Turn recorded tables into `WatchResults`."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
-from ..stats import auto_edges, fixed_edges, rebin
+from ..results import ACTIVATION_STATS, GRAD_STATS, WatchResults
+from ..stats import auto_edges, fixed_edges, on_widest_range
 from ._buffers import Chunk
 from ._options import WatchOptions
-from ._results import ACTIVATION_STATS, GRAD_STATS, WatchResults
 
-__all__ = ["build_results", "first_nonfinite", "merge_first"]
+__all__ = ["build_results"]
 
-_NONFINITE = ACTIVATION_STATS.index("nonfinite")
 _COUNT = ACTIVATION_STATS.index("count")
 
 
@@ -45,6 +42,7 @@ def build_results(
         results.update_ratios = {n: table.update_ratios[:, i].clone() for i, n in enumerate(param_names)}
     if table.has_loss:
         results.losses = table.losses.clone()
+        results.loss_counts = table.loss_counts.clone()
     return results
 
 
@@ -59,8 +57,7 @@ def _histograms(results: WatchResults, table: Chunk, paths: list[str], options: 
             results.hist_edges[path] = fixed_edges(options.hist_range, bins)
             results.hist_outside[path] = counts[:, bins:].clone()
         else:
-            target = table.exponents[:, j].amax()
-            counts = rebin(counts, table.exponents[:, j], target)
+            counts, target = on_widest_range(counts, table.exponents[:, j])
             results.hist_edges[path] = auto_edges(int(target), bins)
         results.histograms[path] = counts[:, :bins].clone()
 
@@ -79,50 +76,5 @@ def _empty(modules: int, params: int, bins: int) -> Chunk:
         param_grads=torch.zeros(0, params, len(GRAD_STATS), dtype=torch.float64),
         update_ratios=torch.zeros(0, params, dtype=torch.float64),
         losses=torch.zeros(0, dtype=torch.float64),
+        loss_counts=torch.zeros(0, dtype=torch.float64),
     )
-
-
-def first_nonfinite(table: Chunk, paths: list[str], orders: tuple[list[int], list[int]]) -> dict[str, Any]:
-    """Return `{"forward": {"path", "step"} or None, "backward": ...}` from the non-finite counts of `table`."""
-    found: dict[str, Any] = {}
-    columns = (table.activations[..., _NONFINITE], table.output_grads[..., GRAD_STATS.index("nonfinite")])
-    for direction, counts, order in zip(("forward", "backward"), columns, orders, strict=True):
-        bad = counts.nan_to_num(0.0) > 0  # (S, modules)
-        rows = bad.any(dim=1).nonzero()
-        if len(rows) == 0:
-            found[direction] = None
-            continue
-        row = int(rows[0, 0])
-        index = _earliest(bad[row].nonzero().flatten().tolist(), order)
-        found[direction] = {"path": paths[index], "step": int(table.steps[row])}
-    return found
-
-
-def first_from_flags(first: torch.Tensor, paths: list[str], orders: tuple[list[int], list[int]]) -> dict[str, Any]:
-    """Same as `first_nonfinite`, from the (2, modules) first-non-finite-step flags of unrecorded steps."""
-    found: dict[str, Any] = {}
-    for direction, steps, order in zip(("forward", "backward"), first.cpu(), orders, strict=True):
-        hit = steps >= 0
-        if not bool(hit.any()):
-            found[direction] = None
-            continue
-        step = int(steps[hit].min())
-        index = _earliest((steps == step).nonzero().flatten().tolist(), order)
-        found[direction] = {"path": paths[index], "step": step}
-    return found
-
-
-def merge_first(*sources: dict[str, Any]) -> dict[str, Any]:
-    """Keep, per direction, the earliest of several `first_nonfinite` answers."""
-    merged: dict[str, Any] = {"forward": None, "backward": None}
-    for source in sources:
-        for direction, hit in source.items():
-            if hit is not None and (merged[direction] is None or hit["step"] < merged[direction]["step"]):
-                merged[direction] = hit
-    return merged
-
-
-def _earliest(candidates: list[int], order: list[int]) -> int:
-    """The candidate module that fired first (by `order`); modules that never fired come last, in model order."""
-    rank = {index: position for position, index in enumerate(order)}
-    return min(candidates, key=lambda index: (rank.get(index, len(order) + index), index))

@@ -38,7 +38,8 @@ class Chunk:
     Shapes: steps (S,) int64; activations (S, modules, len(STATISTICS)); histograms (S, modules, bins + 2) counts
     (bins, then below and above a fixed range) on each row's own range; exponents (S, modules) int64, the
     automatic range of each row; output_grads (S, modules, 2) and param_grads (S, params, 2) (norm, non-finite
-    count); update_ratios (S, params); losses (S,). Floats are float64.
+    count); update_ratios (S, params); losses (S,), NaN where none was logged; loss_counts (S,), how many losses
+    were logged in each step (0: the loss is unknown, not non-finite). Floats are float64.
     """
 
     steps: torch.Tensor
@@ -49,6 +50,7 @@ class Chunk:
     param_grads: torch.Tensor
     update_ratios: torch.Tensor
     losses: torch.Tensor
+    loss_counts: torch.Tensor
     has_loss: bool = False
 
     def select(self, keep: torch.Tensor) -> Chunk:
@@ -66,7 +68,17 @@ class Chunk:
         return int(self.steps.numel())
 
 
-TABLES = ("steps", "activations", "histograms", "exponents", "output_grads", "param_grads", "update_ratios", "losses")
+TABLES = (
+    "steps",
+    "activations",
+    "histograms",
+    "exponents",
+    "output_grads",
+    "param_grads",
+    "update_ratios",
+    "losses",
+    "loss_counts",
+)
 
 
 class StepBuffers:
@@ -125,6 +137,11 @@ class StepBuffers:
             for table in self.tables:
                 table.allocate(self.rows, device)
             self.losses = torch.zeros(self.rows, dtype=torch.float64, device=device)
+
+    def ready(self, row_id: int, device: torch.device) -> int:
+        """`row_id` itself (the tables take row ids), the rows allocated on `device` if nothing is yet."""
+        self.allocate(device)
+        return row_id
 
     def slot(self, row_id: int, device: torch.device) -> int:
         """The slot of `row_id` (for the losses and counters; the tables take row ids), the rows allocated on
@@ -191,6 +208,7 @@ class StepBuffers:
                 param_grads=torch.full((used, self.params, 2), nan, dtype=torch.float64),
                 update_ratios=torch.full((used, self.params), nan, dtype=torch.float64),
                 losses=empty,
+                loss_counts=torch.zeros(used, dtype=torch.float64),
             )
         index = torch.tensor(slots, device=self.device)
         acts = self.acts
@@ -214,6 +232,7 @@ class StepBuffers:
             param_grads=_grad_stats(_rows(self.param_grads.norms, index)),
             update_ratios=_ratios(updates, self.params),
             losses=torch.where(calls > 0, losses / calls.clamp(min=1), nan),
+            loss_counts=calls,
             has_loss=bool((calls > 0).any()),
         )
 

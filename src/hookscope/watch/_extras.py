@@ -77,6 +77,7 @@ def watch_meta(
         "torch": torch.__version__,
         "select": "default" if select is None else repr(select),
         "every": options.every,
+        "budget": options.budget if options.is_budgeted else None,
         "train_only": options.train_only,
         "groups": sorted(options.groups),
         "capacity": options.capacity,

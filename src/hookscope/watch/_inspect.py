@@ -11,6 +11,7 @@ import torch.nn as nn
 
 from .._check import FINITE, NON_NEGATIVE, checked
 from ..hooks import tensor_leaves
+from ..stats import is_dtensor
 
 __all__ = ["first_float", "identical_units", "saturation_bounds"]
 
@@ -53,11 +54,11 @@ def identical_units(module: nn.Module, tolerance: float = 1e-6) -> int | None:
     weight = getattr(module, "weight", None)
     if not isinstance(weight, torch.Tensor) or weight.dim() < 2 or isinstance(module, (nn.Embedding, nn.EmbeddingBag)):
         return None
-    if type(weight).__name__ == "DTensor":  # a shard (FSDP2): comparing units would need every rank's rows
+    if is_dtensor(weight):  # a shard (FSDP2): comparing units would need every rank's rows
         return None
     with torch.no_grad():
         rows = weight.detach()
-        if isinstance(module, nn.modules.conv._ConvTransposeNd):
+        if isinstance(module, (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)):
             rows = rows.transpose(0, 1)
         rows = rows.reshape(rows.shape[0], -1).to("cpu", torch.float64)
         bias = getattr(module, "bias", None)

@@ -49,7 +49,9 @@ class WatchOptions:
     """
 
     select: Selector = None
-    every: int = 1
+    budget: float | None = 0.03
+    every: int | None = None
+    max_steps: int | None = None
     train_only: bool = True
     groups: Iterable[str] = GROUPS
     capacity: int | None = 1024
@@ -57,7 +59,7 @@ class WatchOptions:
     hist_bins: int = 40
     hist_range: tuple[float, float] | None = None
     near_zero: float = 1e-3
-    check_nonfinite: bool = True
+    check_nonfinite: bool | None = None
     sinks: Iterable[Sink] = ()
     doctor: bool = False
     doctor_every: int = 100
@@ -66,7 +68,16 @@ class WatchOptions:
     strict: bool | None = None
 
     def __post_init__(self) -> None:
-        _positive("every", self.every)
+        if self.every is not None:
+            _positive("every", self.every)
+        if self.max_steps is not None:
+            _positive("max_steps", self.max_steps, " or None (the run's length is not known)")
+        budget = self.budget
+        if budget is not None and not (isinstance(budget, (int, float)) and 0 < budget < 1):
+            raise ValueError(
+                f"budget must be a fraction of the step time in (0, 1), such as 0.03, or None (measure every "
+                f"`every`-th step), got {budget!r}"
+            )
         _positive("buffer_steps", self.buffer_steps)
         _positive("hist_bins", self.hist_bins)
         _positive("doctor_every", self.doctor_every)
@@ -83,9 +94,27 @@ class WatchOptions:
             "hist_range": hist_range,
         }
         normal |= {"near_zero": float(near_zero), "train_only": bool(self.train_only), "exact": bool(self.exact)}
-        normal |= {"check_nonfinite": bool(self.check_nonfinite), "doctor": bool(self.doctor)}
+        checks = self.check_nonfinite
+        normal |= {"check_nonfinite": None if checks is None else bool(checks), "doctor": bool(self.doctor)}
+        normal |= {"budget": None if budget is None else float(budget)}
         for name, value in normal.items():
             object.__setattr__(self, name, value)  # frozen: normalised once, here
+
+    @property
+    def is_budgeted(self) -> bool:
+        """Whether the steps measured are chosen by the overhead budget (`every` not given)."""
+        return self.every is None and self.budget is not None
+
+    @property
+    def cadence(self) -> int:
+        """Measure every `cadence`-th step at most (1 under a budget, which then chooses among them)."""
+        return 1 if self.every is None else self.every
+
+    @property
+    def checks_skipped_steps(self) -> bool:
+        """Whether the steps not measured are checked for non-finite outputs and gradients (`check_nonfinite`:
+        by default with `every`, not under a budget, where a skipped step costs nothing)."""
+        return (not self.is_budgeted) if self.check_nonfinite is None else self.check_nonfinite
 
 
 @dataclass(frozen=True)

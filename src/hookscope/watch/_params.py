@@ -9,25 +9,46 @@ as this rank's shard.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn as nn
 
-from ..stats import SMALL_BELOW
+from .._torch import foreach_copy_, foreach_sub_
+from ..stats import SMALL_BELOW, is_dtensor, local_part
 from ._buffers import StepBuffers
 from ._options import WatchOptions
-from ._step import StepWriter
+from ._step import StepState
 
 __all__ = ["ParamRecorder"]
 
 
-class ParamRecorder(StepWriter):
-    """The parameter half of a recorder: `record_param_grads`, `snapshot`, `record_ratios`."""
+class ParamRecorder:
+    """The watched parameters of a recorder: `record_grads`, `snapshot`, `record_ratios` into the open step's row.
 
-    def __init__(self, options: WatchOptions, buffers: StepBuffers, params: list[nn.Parameter]) -> None:
-        super().__init__(options, buffers)
-        self.bind_params(params)
+    Args:
+        options: The watch's options (`groups` says what is recorded).
+        buffers: The recorder's device rows.
+        params: The watched parameters.
+        state: The watch's step state (read: which row is open).
+        drop: Counts observations not kept, by reason (the recorder's `dropped`).
+    """
 
-    def bind_params(self, params: list[nn.Parameter]) -> None:
+    def __init__(
+        self,
+        options: WatchOptions,
+        buffers: StepBuffers,
+        params: list[nn.Parameter],
+        state: StepState,
+        drop: Callable[[str], None],
+    ) -> None:
+        self.options = options
+        self.buffers = buffers
+        self.state = state
+        self.drop = drop
+        self.bind(params)
+
+    def bind(self, params: list[nn.Parameter]) -> None:
         """Watch `params` (a new fit of the same model, or none at all after removal)."""
         self.params = params
         self._sharded = any(_is_dtensor(p) for p in params)
@@ -36,11 +57,11 @@ class ParamRecorder(StepWriter):
         self._snapshot_row = -1
         self._grads_row = -1  # the row whose parameter gradients were taken
 
-    def record_param_grads(self) -> None:
+    def record_grads(self) -> None:
         """Describe the norm and non-finite count of every watched parameter's `.grad` for the open step; a second
         call in the same step replaces what the first took (a closure step: the gradients its first backward
         made, not the earlier ones the optimizer's step began with)."""
-        row = self.open_row
+        row = self.state.row
         if row < 0 or not self.params or "param_grads" not in self.options.groups:
             return
         table = self.buffers.param_grads
@@ -54,7 +75,7 @@ class ParamRecorder(StepWriter):
         ]
         if not present:
             return
-        slot = self._ready(row, present[0][1].device)
+        slot = self.buffers.ready(row, present[0][1].device)
         small = [(i, g) for i, g in present if g.numel() < SMALL_BELOW and not g.is_complex()]
         with torch.no_grad():
             if small:
@@ -67,7 +88,7 @@ class ParamRecorder(StepWriter):
     def snapshot(self) -> None:
         """Copy the watched parameters before an optimizer step of a recorded step: small ones into one flat
         tensor (one call), large ones into reused buffers."""
-        if self.open_row < 0 or not self.params or "update_ratios" not in self.options.groups:
+        if self.state.row < 0 or not self.params or "update_ratios" not in self.options.groups:
             return
         small, large = self._param_split()
         current = self._values()
@@ -77,8 +98,8 @@ class ParamRecorder(StepWriter):
             if copies is None or any(c.shape != current[i].shape for c, i in zip(copies, large, strict=True)):
                 copies = self._copies = [torch.empty_like(current[i]) for i in large]
             if large:
-                torch._foreach_copy_(copies, [current[i] for i in large])
-        self._snapshot_row = self.open_row
+                foreach_copy_(copies, [current[i] for i in large])
+        self._snapshot_row = self.state.row
 
     def record_ratios(self) -> None:
         """Describe the change of each watched parameter in the optimizer step and its weight after it."""
@@ -86,7 +107,7 @@ class ParamRecorder(StepWriter):
         if row < 0 or copies is None:
             return
         self._snapshot_row = -1
-        if not self.buffers.is_live(row) or not self.params or row != self.open_row:
+        if not self.buffers.is_live(row) or not self.params or row != self.state.row:
             self.drop("late_update")
             return
         small, large = self._param_split()
@@ -96,17 +117,23 @@ class ParamRecorder(StepWriter):
         with torch.no_grad():
             if small and self._flat_before is not None:
                 after = _flatten([current[i] for i in small])
-                slot = self._ready(row, after.device)
+                slot = self.buffers.ready(row, after.device)
                 shapes = [tuple(current[i].shape) for i in small]
                 table.add_flat(slot, small, shapes, self._flat_before.sub_(after))
                 table.add_flat(slot, [count + i for i in small], shapes, after)
             if large:
-                torch._foreach_sub_(copies, [current[i] for i in large])
-                slot = self._ready(row, copies[0].device)
+                foreach_sub_(copies, [current[i] for i in large])
+                slot = self.buffers.ready(row, copies[0].device)
                 for copy, i in zip(copies, large, strict=True):
                     table.add(slot, i, copy)
                     table.add(slot, count + i, current[i])
         self._flat_before = None
+
+    def device(self) -> torch.device:
+        """The device of the first watched parameter (the CPU without one)."""
+        for parameter in self.params:
+            return parameter.device
+        return torch.device("cpu")
 
     def _param_split(self) -> tuple[list[int], list[int]]:
         """Indices of the small watched parameters (batched) and of the large ones."""
@@ -124,15 +151,14 @@ def _flatten(tensors: list[torch.Tensor]) -> torch.Tensor:
     cloned, as `flatten_dense_tensors` would return a view of it). Call under `torch.no_grad()`."""
     if len(tensors) == 1:
         return tensors[0].reshape(-1).to(torch.float32, copy=True)
-    flat = torch._C._nn.flatten_dense_tensors(tensors)
+    flat = torch.cat([t.reshape(-1) for t in tensors])
     return flat if flat.dtype == torch.float32 else flat.float()
 
 
 def _is_dtensor(tensor: torch.Tensor) -> bool:
-    return type(tensor).__name__ == "DTensor" or type(getattr(tensor, "data", None)).__name__ == "DTensor"
+    return is_dtensor(tensor)
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:
     """This rank's shard of a DTensor (FSDP2 parameters and gradients); any other tensor as it is."""
-    to_local = getattr(tensor, "to_local", None)
-    return to_local() if callable(to_local) and _is_dtensor(tensor) else tensor
+    return local_part(tensor)

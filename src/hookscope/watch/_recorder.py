@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -29,47 +30,62 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .._torch import is_view
 from ..callbacks._steps import ForwardFrames, Frame, uncounted
 from ..hooks import HookErrors, HookHandle, register_module_hook
 from ..hooks._calls import CalledHook
 from ..hooks._tree import is_plain
-from ..stats import unit_dims
+from ..stats import combine_norms, norm_of, unit_dims
+from ._budget import Budget
 from ._buffers import StepBuffers
-from ._checks import NonFiniteChecks
 from ._entry import GradHook, Staged, hook_grads, no_label, plain_grad, staged
 from ._inspect import first_float, saturation_bounds
 from ._options import WatchOptions
 from ._params import ParamRecorder
+from ._step import StepState
 
-__all__ = ["Recorder"]
+__all__ = ["PENDING_STEPS", "PENDING_VALUES", "Recorder"]
+
+PENDING_STEPS = 32
+"""Closed recorded steps whose small tensors wait to be described together."""
+PENDING_VALUES = 1 << 20
+"""Small values waiting (float32, 4 MiB) that make the tables write them at once."""
 
 ModuleHook = Callable[[nn.Module, Any, Any], None]
 
 
-class Recorder(NonFiniteChecks, ParamRecorder):
-    """Hooks on the selected modules and the device-side state they fill."""
+class Recorder:
+    """Hooks on the selected modules and the device-side rows they fill, for the open step of `state`.
+
+    Args:
+        modules: The selected modules, with their paths.
+        params: The watched parameters, with their names (their statistics: `params`, a `ParamRecorder`).
+        options: The watch's options.
+        state: The watch's step state, written by its `Stepper` and read here.
+        budget: Where the time of these hooks is counted (hookscope's own cost).
+    """
 
     def __init__(
         self,
         modules: list[tuple[str, nn.Module]],
         params: list[tuple[str, nn.Parameter]],
         options: WatchOptions,
+        state: StepState,
+        budget: Budget,
     ) -> None:
         count = len(modules)
+        self.options = options
+        self.state = state
+        self.budget = budget
         self.module_refs = [weakref.ref(m) for _, m in modules]
         self.bounds = [saturation_bounds(m) for _, m in modules]
-        buffers = StepBuffers(options, count, len(params), self.bounds, self._unit_dim)
-        super().__init__(options, buffers, [p for _, p in params])
+        self.buffers = StepBuffers(options, count, len(params), self.bounds, self._unit_dim)
+        self.params = ParamRecorder(options, self.buffers, [p for _, p in params], state, self.drop)
         self.paths = [path for path, _ in modules]
         self.kinds = [type(m).__name__ for _, m in modules]
         self.param_names = [name for name, _ in params]
         self.param_shapes = [tuple(p.shape) for _, p in params]  # what a loaded state must have been saved for
-        self.row = -1  # traced hooks: the row id of the training batch running now; -1 when it is not recorded
-        self.checking = False  # the open step is an unrecorded training step whose non-finite values are checked
-        self.step_open = False  # a step is open (recorded, checked or skipped by sampling)
-        self.active = False  # inside a training batch (the flags traced hooks read follow it)
-        self.recording = False  # row >= 0: the flag traced hooks read (a bool, so compiled code is reused)
-        self.checking_now = False  # checking and active
+        self._closed = 0  # recorded steps closed since the rows were last written
         self.observed = [False] * count
         self.forward_order: list[int] = []
         self.backward_order: list[int] = []
@@ -101,7 +117,7 @@ class Recorder(NonFiniteChecks, ParamRecorder):
     def rebind(self, modules: list[tuple[str, nn.Module]], params: list[tuple[str, nn.Parameter]]) -> None:
         """Point at the modules and parameters of a new fit of the same model (same paths and names)."""
         self.module_refs = [weakref.ref(m) for _, m in modules]
-        self.bind_params([p for _, p in params])
+        self.params.bind([p for _, p in params])
         self.param_shapes = [tuple(p.shape) for _, p in params]
 
     def _unit_dim(self, index: int, ndim: int) -> int | None:
@@ -126,7 +142,7 @@ class Recorder(NonFiniteChecks, ParamRecorder):
             module = ref()
             if module is not None:
                 if self.stage is None:
-                    self.stage = torch.zeros(len(self.paths), 4, device=_device_of(module))
+                    self.stage = torch.zeros(len(self.paths), 4, dtype=torch.float64, device=_device_of(module))
                 hook = self._forward_hook(index)
                 handle = register_module_hook(
                     module, "forward", hook, owner=self, path=path, tags=_TAGS, errors=self.errors
@@ -137,21 +153,12 @@ class Recorder(NonFiniteChecks, ParamRecorder):
         """Remove the hooks and let go of the parameters and buffers; calling it again does nothing."""
         while self._handles:
             self._handles.pop().remove()
-        self.bind_params([])
+        self.params.bind([])
         self._positions.clear()
 
     def drop(self, reason: str, count: int = 1) -> None:
         """Count `count` observations not kept, by reason."""
         self.dropped[reason] = self.dropped.get(reason, 0) + count
-
-    def enter_batch(self, row: int) -> None:
-        """A training batch of the open step begins: traced hooks record into `row` (-1: check or skip)."""
-        self.active, self.row = True, row
-        self.recording, self.checking_now = row >= 0, row < 0 and self.checking
-
-    def leave_batch(self) -> None:
-        """The training batch ended: forwards are not recorded until the next one."""
-        self.active, self.row, self.recording, self.checking_now = False, -1, False, False
 
     # ---- forward -------------------------------------------------------------------------------------------
     def _forward_hook(self, index: int) -> ModuleHook:
@@ -160,9 +167,16 @@ class Recorder(NonFiniteChecks, ParamRecorder):
         def hook(module: nn.Module, args: Any, output: Any) -> None:
             if torch.compiler.is_compiling():
                 self._traced_forward(index, output)
-            elif module is ref():  # not a deepcopy of the model sharing the hooks: it is not watched
+            elif module is not ref():  # a deepcopy of the model sharing the hooks: it is not watched
+                return
+            elif self.state.skipping:  # a step neither measured nor checked: counted, nothing else
+                with self.lock:
+                    self.drop("sampling")
+            else:
+                start = time.perf_counter()
                 with self.lock, _normal_tensors():
                     self._on_output(index, module, output)
+                self.budget.add_own(time.perf_counter() - start)
 
         return hook
 
@@ -170,7 +184,8 @@ class Recorder(NonFiniteChecks, ParamRecorder):
         """Apply the step rule to one call of module `index`, then record, check or skip it."""
         frame = self.frames.current() if self.frames is not None else None
         reason = uncounted(module, self.options.train_only) if frame is None else frame.reason
-        row = self.open_row
+        state = self.state
+        row = state.row
         if reason == "recompute":  # counted once: only its output gradients, which the first pass may lack
             self.drop("recompute")
             if row >= 0 and self._grads and torch.is_grad_enabled():
@@ -180,10 +195,10 @@ class Recorder(NonFiniteChecks, ParamRecorder):
             self.drop(reason)
         elif row >= 0:
             self._record(index, output, row, staged(frame, row))
-        elif self.checking:
+        elif state.checking:
             self._check(index, output, staged(frame, -1))
         else:
-            self.drop("sampling" if self.step_open else "outside_step")
+            self.drop("sampling" if state.is_open else "outside_step")
 
     def commit(self, frame: Frame, completed: bool) -> None:
         """A root forward ended: keep what its hooks staged if it completed, else count it in `dropped`."""
@@ -195,7 +210,7 @@ class Recorder(NonFiniteChecks, ParamRecorder):
             return
         if staged.acts:
             # The step it began in, or the open one when that step's row was taken meanwhile (threads).
-            row = staged.row if self.buffers.is_live(staged.row) else self.open_row
+            row = staged.row if self.buffers.is_live(staged.row) else self.state.row
             if row < 0:
                 self.drop("outside_step", staged.calls)
                 return
@@ -219,7 +234,7 @@ class Recorder(NonFiniteChecks, ParamRecorder):
             self.drop("unsupported_layout")
             x = None
         if x is not None:  # an empty output too: called, with a count of 0
-            slot = self._ready(row, x.device)
+            slot = self.buffers.ready(row, x.device)
             if staged is None:
                 self.buffers.acts.add(slot, index, x.detach())
             else:
@@ -240,12 +255,12 @@ class Recorder(NonFiniteChecks, ParamRecorder):
         x = first_float(output)
         if x is None:
             return
-        if self.recording:
+        if self.state.recording:
             if self._capture:
                 self.traced.append((0, index, x.detach().to(torch.float32, copy=True)))
             if self._grads and torch.is_grad_enabled():
                 hook_grads(output, self._traced_grad_hooks[index])
-        elif self.checking_now:
+        elif self.state.checking_now:
             self.traced.append((-1, index, torch.stack(torch.aminmax(x.detach()))))
             if torch.is_grad_enabled():
                 hook_grads(output, self._traced_check_hooks[index])
@@ -254,8 +269,10 @@ class Recorder(NonFiniteChecks, ParamRecorder):
     def _grad_hook(self, index: int, row: int) -> GradHook:
         def hook(grad: torch.Tensor | None) -> None:
             if grad is not None:
+                start = time.perf_counter()
                 with self.lock:
                     self._on_grad(index, row, grad)
+                self.budget.add_own(time.perf_counter() - start)
 
         return CalledHook(hook, self.errors, self.grad_where[index])
 
@@ -272,14 +289,14 @@ class Recorder(NonFiniteChecks, ParamRecorder):
         def hook(grad: torch.Tensor) -> None:
             # Traced into the backward graph: only in-place updates of a device tensor are allowed here.
             if self.stage is not None:
-                self.stage[index, :3].add_(_squares(grad))
+                self.stage[index, :3].copy_(combine_norms(self.stage[index, :3], norm_of(grad)[:3]))
 
         return hook
 
     # ---- the end of a step ---------------------------------------------------------------------------------
     def settle(self) -> None:
         """Close the recorded step: what traced hooks handed over joins its row; the rows wait (`_step.py`)."""
-        row = self.open_row
+        row = self.state.row
         if row < 0:
             return
         traced = False
@@ -300,8 +317,8 @@ class Recorder(NonFiniteChecks, ParamRecorder):
         if stage is None or not self.buffers.is_live(row):
             return
         sums = stage[:, :3].double()
-        norms = torch.stack((sums[:, 0].sqrt(), sums[:, 1], sums[:, 2], torch.zeros_like(sums[:, 0])), dim=1)
-        slot = self._ready(row, stage.device)
+        norms = torch.cat((sums, torch.zeros_like(sums[:, :1])), dim=1)  # norm records (engine's `norm_of`)
+        slot = self.buffers.ready(row, stage.device)
         for index in range(len(self.paths)):
             self.buffers.grads.add_record(slot, index, norms[index])
         stage[:, :3].zero_()
@@ -315,6 +332,142 @@ class Recorder(NonFiniteChecks, ParamRecorder):
         traced, self.traced = self.traced, []
         return traced
 
+    # ---- rows -----------------------------------------------------------------------------------------------
+    def observe_activation(self, row: int, index: int, x: torch.Tensor, *, owned: bool = False) -> None:
+        """Add output `x` (detached) of module `index` to row `row`."""
+        self.buffers.acts.add(self.buffers.ready(row, x.device), index, x, owned=owned)
+
+    def observe_grad(self, row: int, index: int, grad: torch.Tensor) -> None:
+        """Add the gradient of module `index`'s output to row `row`; counted `late_gradient` once it is taken.
+
+        A gradient autograd hands to a hook is kept as it is, not copied: autograd never writes into it afterwards
+        (and while the table holds it, `AccumulateGrad` cannot adopt it as a `.grad` to accumulate into); a view
+        is copied, so that it does not keep a larger buffer alive."""
+        if not self.buffers.is_live(row):
+            self.drop("late_gradient")
+            return
+        self.buffers.grads.add(self.buffers.ready(row, grad.device), index, grad, owned=not is_view(grad))
+
+    def set_grad_factor(self, factor: torch.Tensor | None) -> None:
+        """`1 / loss scale` of the open step's backward (GradScaler): its output-gradient norms are divided by it."""
+        row = self.state.row
+        if row >= 0 and factor is not None:
+            self.buffers.grad_factors[row % self.buffers.rows] = factor
+
+    def log_loss(self, loss: torch.Tensor | float) -> None:
+        """Add `loss` to the open row's loss (averaged over the calls of the step); count it dropped otherwise."""
+        row = self.state.row
+        if row < 0:
+            self.drop("sampling_loss")
+            return
+        value = loss.detach().double().mean() if isinstance(loss, torch.Tensor) else torch.tensor(float(loss))
+        slot = self.buffers.slot(row, value.device)
+        losses = self.buffers.losses
+        if losses is not None:
+            losses[slot : slot + 1].add_(value.reshape(1).to(losses))
+        self.buffers.loss_calls[slot] += 1
+
+    def close_step(self) -> None:
+        """A recorded step closed: write the rows once enough steps or values wait."""
+        self._closed += 1
+        if self._closed >= PENDING_STEPS or self.buffers.pending_values >= PENDING_VALUES:
+            self.write_pending()
+
+    def write_pending(self) -> None:
+        """Write every observation waiting into its row."""
+        self._closed = 0
+        self.buffers.flush()
+
+    # ---- unrecorded steps: only whether outputs and their gradients are finite -------------------------------
+    def _check(self, index: int, output: Any, staged: Staged | None) -> None:
+        self.drop("sampling")
+        self.observed[index] = True
+        self._rank(0, index)
+        x = first_float(output)
+        if x is None or not x.numel() or not is_plain(x):
+            return
+        (self.checks if staged is None else staged.checks).append((0, index, torch.aminmax(x.detach())))
+        if torch.is_grad_enabled():
+            hook_grads(output, self._check_hook(index), self._repeated)
+
+    def _check_hook(self, index: int) -> GradHook:
+        def hook(grad: torch.Tensor) -> None:
+            plain = plain_grad(grad)
+            if plain is not None and plain.numel():
+                with self.lock:
+                    self._rank(1, index)
+                    self.checks.append((1, index, torch.aminmax(plain)))
+
+        return CalledHook(hook, self.errors, self.grad_where[index])
+
+    def _traced_check_hook(self, index: int) -> GradHook:
+        def hook(grad: torch.Tensor) -> None:
+            if self.stage is not None:
+                hit = ~torch.isfinite(torch.stack(torch.aminmax(grad))).all()
+                self.stage[index, 3].add_(hit.to(self.stage.dtype))
+
+        return hook
+
+    def fold_flags(self, step: int) -> None:
+        """Fold the checked step's non-finite findings into the first non-finite steps, on the device."""
+        found: list[tuple[int, int, tuple[torch.Tensor, ...]]] = [(d, j, tuple(pair)) for d, j, pair in self.checks]
+        self.checks = []
+        traced = [(0, j, tuple(t.unbind())) for kind, j, t in self._take_traced() if kind == -1]
+        for _, j, _ in traced:
+            self.observed[j] = True
+            self._rank(0, j)
+        if traced:
+            self._assume_backward_order()
+        found += traced
+        stage = self.stage if traced else None
+        if not found:
+            return
+        device = found[0][2][0].device
+        hits = torch.zeros(2 * len(self.paths), device=device)
+        bad = ~torch.isfinite(torch.stack([v for _, _, pair in found for v in pair]).view(-1, 2)).all(1)
+        hits.index_add_(0, self.positions([d * len(self.paths) + j for d, j, _ in found], device), bad.float())
+        if stage is not None:
+            hits[len(self.paths) :].add_(stage[:, 3].to(device))
+            stage[:, 3].zero_()
+        self._ensure_flags(device)
+        if self.first is not None:
+            newly = (hits.view(2, -1) > 0) & (self.first < 0)
+            self.first.copy_(torch.where(newly, step, self.first))
+
+    def _ensure_flags(self, device: torch.device) -> None:
+        if self.flags is None or self.first is None:
+            self.flags = torch.ones(2, len(self.paths), dtype=torch.bool, device=device)
+            self.first = torch.full((2, len(self.paths)), -1, dtype=torch.int64, device=device)
+
+    # ---- state ----------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """What this recorder keeps across steps: dropped counts, which modules ran and in what order, the units'
+        activity and the first non-finite steps of unrecorded steps (device values copied to the CPU)."""
+        state: dict[str, Any] = {"dropped": dict(self.dropped), "observed": list(self.observed)}
+        state.update(forward_order=list(self.forward_order), backward_order=list(self.backward_order))
+        state.update(paths=list(self.paths), param_names=list(self.param_names))
+        state["param_shapes"] = [list(shape) for shape in self.param_shapes]
+        self.buffers.acts.flush()
+        state["units"] = self.buffers.acts.units.state()
+        state["first"] = None if self.first is None else self.first.cpu().clone()
+        return state
+
+    def load_state_dict(self, saved: dict[str, Any]) -> None:
+        """Restore what `state_dict` returned (checked by the caller: nothing here refuses it)."""
+        self.dropped = dict(saved["dropped"])
+        self.observed = list(saved["observed"])
+        self.forward_order, self.backward_order = list(saved["forward_order"]), list(saved["backward_order"])
+        count = len(self.paths)
+        self._ranked = (
+            [j in self.forward_order for j in range(count)],
+            [j in self.backward_order for j in range(count)],
+        )
+        device = self.buffers.device or self.params.device()
+        self.buffers.acts.units.load(saved["units"], device)
+        if saved["first"] is not None:
+            self.first = saved["first"].to(device)
+            self.flags = torch.ones_like(self.first, dtype=torch.bool)
+
     def modules(self) -> list[nn.Module | None]:
         """The watched modules (`None` for those deleted)."""
         return [ref() for ref in self.module_refs]
@@ -324,14 +477,6 @@ def _normal_tensors() -> contextlib.AbstractContextManager[None]:
     """Under `torch.inference_mode()` (eval forwards recorded), leave it while recording: what the tables allocate
     and copy must be normal tensors, updated in place later."""
     return torch.inference_mode(False) if torch.is_inference_mode_enabled() else contextlib.nullcontext()
-
-
-def _squares(grad: torch.Tensor) -> torch.Tensor:
-    """(sum of squares of the finite values, non-finite count, count) of `grad`, float32 (traced backwards)."""
-    values = torch.view_as_real(grad) if grad.is_complex() else grad
-    finite = torch.isfinite(values)
-    clean = torch.where(finite, values, 0.0).float()
-    return torch.stack(((clean * clean).sum(), (~finite).sum().float(), torch.full_like(clean.sum(), values.numel())))
 
 
 def _device_of(module: nn.Module) -> torch.device:

@@ -6,9 +6,10 @@ optimizer sees them, but output gradients are seen by the hooks during `backward
 reads the scale used by a backward (a device tensor: no host sync) so that `watch` divides the output-gradient
 norms by it, and learns from the scaler, at the next training batch, whether its last `update()` followed an
 optimizer step or a skipped one (non-finite gradients), without patching the scaler: `update()` replaces the
-scaler's per-optimizer state, which is checked by identity. Those are private attributes of `GradScaler`
-(`_scale`, `_per_optimizer_states`), tested on torch 2.13, the lowest version pyproject.toml declares; when
-they are missing, norms stay scaled and no step is counted as skipped, and `meta["grad_scaler"]` says so.
+scaler's per-optimizer state, which is checked by identity. Both are private to `GradScaler` and read through
+`hookscope._torch` (`scaler_scale`, `scaler_states`), which checks them on a tiny scaler first (the scale is the
+tensor, and `update()` does replace the state): when torch changes either, one warning says so, norms stay scaled,
+no step is counted as skipped, and `meta["grad_scaler"]` says so.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import weakref
 from typing import Any
 
 import torch
+
+from .._torch import scaler_scale, scaler_states
 
 __all__ = ["GradScalerSteps", "check_scaler"]
 
@@ -44,8 +47,8 @@ class GradScalerSteps:
 
     def __init__(self, scaler: torch.amp.GradScaler) -> None:
         self._ref = weakref.ref(scaler)
-        self.readable = hasattr(scaler, "_per_optimizer_states") and hasattr(scaler, "_scale")
-        self._states = getattr(scaler, "_per_optimizer_states", None)
+        self._states = scaler_states(scaler)
+        self.readable = self._states is not None
         self.stepped = False  # the watched optimizer stepped since the scaler's last update
 
     def factor(self) -> torch.Tensor | None:
@@ -54,14 +57,14 @@ class GradScalerSteps:
         Call it when a backward ends: the scaler changes its scale in place at `update()`.
         """
         scaler = self._ref()
-        scale = getattr(scaler, "_scale", None)
+        scale = None if scaler is None else scaler_scale(scaler)
         if scaler is None or scale is None or not scaler.is_enabled():
             return None
         return torch.pow(scale.detach(), -1.0)
 
     def updated(self) -> bool:
         """Whether `scaler.update()` ran since the last call (it replaces the scaler's per-optimizer state)."""
-        states = getattr(self._ref(), "_per_optimizer_states", None)
+        states = scaler_states(self._ref())
         if states is None or states is self._states:
             return False
         self._states = states

@@ -16,7 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from .._check import checked, hint_for
 from .._io import check_target
-from ._results import WatchResults
+from ..results import WatchResults
 
 __all__ = ["CSVSink", "JSONLSink", "Sink", "TensorBoardSink"]
 

@@ -1,17 +1,16 @@
-"""`Watch.state_dict()` / `load_state_dict()`: counters, kept steps and device extras, to resume a run.
+"""The format of `Watch.state_dict()` (`STATE`): counters, kept steps and device extras, to resume a run.
 
-The format is `STATE`, checked in full before anything is loaded. A state loaded into a watch that has its
-modules already is checked against them (paths, parameter names and shapes, unit counts) and applied at once;
-otherwise it waits, whole, for the modules of the next `on_fit_start`, which checks it the same way before
-the watch changes. A refused state leaves the watch as it was.
+Each part of a watch saves and loads its own state (`Stepper.state_dict`, `Recorder.state_dict`); this module
+puts them in one checked format. A state is checked in full (`check_state`) before anything is loaded, and
+against the watched modules (`check_fits`: paths, parameter names and shapes, unit counts); `Watch` applies it
+at once, or keeps it, whole, for the modules of the next `on_fit_start`. A refused state leaves the watch as it
+was.
 """
 
 from __future__ import annotations
 
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
-
-import torch
 
 from .._schema import (
     FLOAT,
@@ -31,19 +30,15 @@ from .._schema import (
     check,
     found,
 )
+from ..results import ACTIVATION_STATS, FIRST_NONFINITE, GRAD_STATS
 from ._buffers import Chunk
-from ._results import ACTIVATION_STATS, FIRST_NONFINITE, GRAD_STATS
 
 if TYPE_CHECKING:
     from ._recorder import Recorder
-    from ._watch import Watch
 
-__all__ = ["STATE", "apply_pending_state", "check_pending_state", "load_watch_state", "watch_state"]
+__all__ = ["STATE", "check_fits", "check_state", "state_of", "stepper_state"]
 
 _VERSION = 2  # 2: histogram ranges as exponents, unit activity as the engine's table keeps it
-_COUNTERS = ("_batches", "_optimizer_steps", "_step", "_recorded", "_warned_unobserved")
-_OPTIONAL = {"_skipped": list, "_labelled": list}  # added after version 1 was written: absent from older states
-_RECORDER = ("dropped", "observed", "forward_order", "backward_order")
 
 _ROWS = ("float64",)  # the kept steps' dtype (`Chunk`)
 _TABLE = Record(
@@ -56,6 +51,7 @@ _TABLE = Record(
     update_ratios=Tensor(_ROWS, shape=("steps", "params")),
     losses=Tensor(_ROWS, shape=("steps",)),
     has_loss=Bool(),
+    optional={"loss_counts": Tensor(_ROWS, shape=("steps",))},  # absent from older states
 )
 _RECORDER_STATE = Record(
     paths=ListOf(Str(), length="modules"),
@@ -89,46 +85,26 @@ STATE = Record(
 """The format of `Watch.state_dict()`; `bins` is the watch's `hist_bins`."""
 
 
-def watch_state(watch: Watch) -> dict[str, Any]:
-    """Return the state of `watch`; closes the current step and flushes the device buffers.
-
-    A checkpoint is taken between steps: the step in progress is closed and kept, so a run resumed from this
-    state records the next step as the next one (a loss logged after this call for the closed step is dropped).
-    """
-    recorder = watch._recorder
-    if recorder is not None:
-        watch.on_batch_end(-1)
-        watch._end_step()
-    watch._flush()
-    table = watch._store.table()
-    state: dict[str, Any] = {"version": _VERSION, **{name.lstrip("_"): getattr(watch, name) for name in _COUNTERS}}
-    state.update({name.lstrip("_"): list(getattr(watch, name)) for name in _OPTIONAL})
-    state.update(first=watch._first, stride=watch._store.stride, capacity_dropped=watch._store.dropped)
+def state_of(stepper: dict[str, Any], recorder: Recorder | None) -> dict[str, Any]:
+    """The state of a watch in the format `STATE`, from its stepper's `state_dict` and its recorder."""
+    table = stepper["table"]
+    state = {"version": _VERSION, **stepper}
     state["table"] = None if table is None else {f.name: getattr(table, f.name) for f in fields(Chunk)}
-    state["recorder"] = None if recorder is None else _recorder_state(recorder)
+    state["recorder"] = None if recorder is None else recorder.state_dict()
     return state
 
 
-def _recorder_state(recorder: Recorder) -> dict[str, Any]:
-    state: dict[str, Any] = {name: _copy(getattr(recorder, name)) for name in _RECORDER}
-    state.update(paths=list(recorder.paths), param_names=list(recorder.param_names))
-    state["param_shapes"] = [list(shape) for shape in recorder.param_shapes]
-    recorder.buffers.acts.flush()
-    state["units"] = recorder.buffers.acts.units.state()
-    state["first"] = None if recorder.first is None else recorder.first.cpu().clone()
-    return state
+def stepper_state(state: dict[str, Any]) -> dict[str, Any]:
+    """The stepper's part of a checked `STATE` (for `Stepper.load_state_dict`)."""
+    table = None if state["table"] is None else Chunk(**state["table"])
+    return {**{k: v for k, v in state.items() if k not in ("version", "recorder")}, "table": table}
 
 
-def _copy(value: Any) -> Any:
-    return dict(value) if isinstance(value, dict) else list(value)
-
-
-def load_watch_state(watch: Watch, state: dict[str, Any]) -> None:
-    """Check `state` in full, then restore it into `watch` (now, or at the next `on_fit_start`).
+def check_state(state: Any, bins: int) -> None:
+    """Check `state` in full against `STATE` for a watch of `bins` histogram bins.
 
     Raises:
-        ValueError: `state` is not a watch state of this version, does not fit the format (the field is named),
-            or was saved for other modules; `watch` is left as it was.
+        ValueError: `state` is not a watch state of this version or does not fit the format (the field is named).
     """
     if not isinstance(state, dict) or state.get("version") != _VERSION:
         raise SchemaError(
@@ -136,37 +112,15 @@ def load_watch_state(watch: Watch, state: dict[str, Any]) -> None:
             "state.version",
             f"must be {_VERSION}: state must be a Watch.state_dict() of version {_VERSION}, got {found(state)}",
         )
-    check(STATE, state, bind={"bins": watch.options.hist_bins})
-    if watch._recorder is None:
-        watch._pending_state = state
-        return
-    _check_fits(state["recorder"], watch._recorder)
-    _apply(watch, state)
+    check(STATE, state, bind={"bins": bins})
 
 
-def check_pending_state(watch: Watch, recorder: Recorder) -> None:
-    """Check that the state waiting in `watch` fits `recorder` (before `on_fit_start` changes anything).
+def check_fits(saved: dict[str, Any] | None, recorder: Recorder) -> None:
+    """Check that a recorder state `saved` was saved for the modules and widths of `recorder`.
 
     Raises:
-        ValueError: the state was saved for other modules; it is dropped, so the next attach starts afresh.
+        ValueError: it was saved for other modules, parameter shapes or unit counts (the first difference named).
     """
-    state = watch._pending_state
-    if state is not None:
-        try:
-            _check_fits(state["recorder"], recorder)
-        except ValueError:
-            watch._pending_state = None
-            raise
-
-
-def apply_pending_state(watch: Watch) -> None:
-    """Apply the state waiting in `watch` (checked by `check_pending_state`) now that its recorder is set."""
-    state, watch._pending_state = watch._pending_state, None
-    if state is not None:
-        _apply(watch, state)
-
-
-def _check_fits(saved: dict[str, Any] | None, recorder: Recorder) -> None:
     if saved is None:
         return
     if saved["paths"] != recorder.paths or saved["param_names"] != recorder.param_names:
@@ -190,34 +144,3 @@ def _check_fits(saved: dict[str, Any] | None, recorder: Recorder) -> None:
                 f"state must be saved from a model of the same widths, got {units.shape[-1]} units for module "
                 f"{path!r}, which has {now[1]}"
             )
-
-
-def _apply(watch: Watch, state: dict[str, Any]) -> None:
-    """Restore a checked state that fits (nothing here can refuse it)."""
-    for name in _COUNTERS:
-        setattr(watch, name, state[name.lstrip("_")])
-    for name, make in _OPTIONAL.items():
-        setattr(watch, name, make(state.get(name.lstrip("_"), ())))
-    watch._first = dict(state["first"])
-    table = None if state["table"] is None else Chunk(**state["table"])
-    watch._store.restore(table, state["stride"], state["capacity_dropped"])
-    recorder, saved = watch._recorder, state["recorder"]
-    if recorder is None or saved is None:
-        return
-    for name in _RECORDER:
-        setattr(recorder, name, _copy(saved[name]))
-    recorder._ranked = (
-        [j in recorder.forward_order for j in range(len(recorder.paths))],
-        [j in recorder.backward_order for j in range(len(recorder.paths))],
-    )
-    device = recorder.buffers.device or _device_of(recorder)
-    recorder.buffers.acts.units.load(saved["units"], device)
-    if saved["first"] is not None:
-        recorder.first = saved["first"].to(device)
-        recorder.flags = torch.ones_like(recorder.first, dtype=torch.bool)
-
-
-def _device_of(recorder: Recorder) -> torch.device:
-    for parameter in recorder.params:
-        return parameter.device
-    return torch.device("cpu")

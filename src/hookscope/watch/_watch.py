@@ -18,22 +18,25 @@ from ..hooks import HookErrors, HookHandle, check_hookable, normalize_path
 from ..hooks._calls import contained
 from ..hooks._guards import check_real_device
 from ..hooks._select import choose_modules
-from ._assemble import build_results, first_from_flags, merge_first
+from ..results import WatchResults, first_from_flags, merge_first
+from ._assemble import build_results
 from ._extras import collect_extras, watch_meta
 from ._options import WatchInit, WatchOptions, method_options_signature
 from ._recorder import Recorder
-from ._results import WatchResults
 from ._scaler import GradScalerSteps, check_scaler
 from ._selection import ACTIVATION_TYPES, default_selection, default_selector
-from ._state import apply_pending_state, check_pending_state, load_watch_state, watch_state
-from ._stepping import WatchSteps
-from ._store import SeriesStore
+from ._state import check_fits, check_state, state_of, stepper_state
+from ._stepper import Stepper
 
 __all__ = ["ACTIVATION_TYPES", "Watch", "default_selector"]
 
 
-class Watch(WatchSteps, Callback):
-    """Monitor a model while it trains; see `watch()` for the arguments. A `Callback`, and a context manager."""
+class Watch(Callback):
+    """Monitor a model while it trains; see `watch()` for the arguments. A `Callback`, and a context manager.
+
+    Its parts: a `Recorder` (the hooks and the device rows they fill), a `Stepper` (the step rule: it owns the
+    `StepState` the hooks read, the host store of kept steps and the sinks), and the options.
+    """
 
     @checked()
     @method_options_signature(WatchInit)
@@ -51,31 +54,18 @@ class Watch(WatchSteps, Callback):
             raise TypeError(f"optimizer must be a torch.optim.Optimizer or None, got {type(optimizer).__name__}")
         self.select = self.options.select
         self.sinks = list(self.options.sinks)
+        self._lock = threading.RLock()  # hooks and events from several threads run one at a time
+        self.stepper = Stepper(self.options, self.sinks, self._lock, self.results)
         scaler = chosen.scaler
-        self._scaler = None if scaler is None else GradScalerSteps(check_scaler(scaler))
-        self._skipped: list[int] = []  # steps the scaler skipped (non-finite gradients)
-        self._model_ref = None if model is None else weakref.ref(model)
+        self.stepper.scaler = None if scaler is None else GradScalerSteps(check_scaler(scaler))
+        self._model_ref = None if model is None else weakref.ref(model)  # what attach() watches by default
         self._optimizer_ref = None if optimizer is None else weakref.ref(optimizer)
         self._recorder: Recorder | None = None
         self._attached = False
         self._driver: LoopDriver | None = None
-        self._store = SeriesStore(self.options.capacity, self.options.every)
-        self._batches = 0
-        self._optimizer_steps = 0
-        self._step = -1  # the open step (-1: none yet)
-        self._recorded = 0
-        self._first: dict[str, Any] = {"forward": None, "backward": None}
-        self._warned_unobserved = False
-        self._doctor: Any = None
-        self._doctor_at = 0
         self._meta: dict[str, Any] = {}
         self._pending_state: dict[str, Any] | None = None  # a loaded state waiting for the modules
-        self._lock = threading.RLock()  # hooks and events from several threads run one at a time
         self._frame_handles: list[HookHandle] = []
-        self._in_step = False  # between the watched optimizer's step pre- and post-hook (a closure runs there)
-        self._closure_grads = False  # parameter gradients were taken from a backward inside the step
-        self._step_backwards = 0  # backwards in the open step
-        self._labelled: list[list[Any]] = []  # [label, step]: steps labelled rather than merged (JSON-able)
 
     # ---- attaching -------------------------------------------------------------------------------------------
     def attach(self, model: nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None) -> LoopDriver:
@@ -107,11 +97,10 @@ class Watch(WatchSteps, Callback):
         """
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
-        if self._driver is None or self._optimizer_ref is not None:
+        if self._driver is None or self.stepper.optimizer() is not None:
             raise RuntimeError("attach_optimizer needs a watch attached by attach() without an optimizer")
         with self._lock:
-            self._optimizer_ref = weakref.ref(optimizer)
-            self._optimizer_steps = max(self._step, 0) + (1 if after_step and self._step >= 0 else 0)
+            self.stepper.set_optimizer(optimizer, after_step=after_step)
             self._meta["optimizer"] = type(optimizer).__name__
             self._driver.add_optimizer(optimizer)
 
@@ -123,8 +112,14 @@ class Watch(WatchSteps, Callback):
         elif self._attached:
             self.on_fit_end()
 
+    def remove(self) -> None:
+        """Stop watching and remove every hook: the same as `detach()` (every attachment has `remove()`)."""
+        self.detach()
+
     def __enter__(self) -> Watch:
-        self.attach()
+        """Attach in a plain loop (a watch already attached by `attach()` stays as it is); leaving detaches."""
+        if self._driver is None:
+            self.attach()
         return self
 
     def __exit__(self, exc_type: object, exc: BaseException | None, traceback: object) -> None:
@@ -144,7 +139,8 @@ class Watch(WatchSteps, Callback):
             raise RuntimeError("watch is already attached to a model; call detach() before attaching it again")
         check_hookable(model, "model")
         check_real_device(model, "model")
-        if self._scaler is not None and optimizer is None:
+        scaler = self.stepper.scaler
+        if scaler is not None and optimizer is None:
             raise ValueError(
                 "scaler needs the optimizer (a skipped step is an optimizer step that did not happen): pass "
                 "watch(model, optimizer, scaler=scaler)"
@@ -161,22 +157,24 @@ class Watch(WatchSteps, Callback):
         ]
         recorder = self._recorder
         if recorder is None or not recorder.matches(modules, params):
-            if recorder is not None:  # another model: start afresh (a loaded state stays for the first one)
-                self._store = SeriesStore(self.options.capacity, self.options.every)
-            recorder = Recorder(modules, params, self.options)
+            recorder = Recorder(modules, params, self.options, self.stepper.state, self.stepper.budget)
         else:
             recorder.rebind(modules, params)
-        check_pending_state(self, recorder)  # before anything changes: a state that does not fit is refused
+        self._check_pending_state(recorder)  # before anything changes: a state that does not fit is refused
         self._model_ref = weakref.ref(model)
         self._optimizer_ref = None if optimizer is None else weakref.ref(optimizer)
+        self.stepper.bind(recorder, model, optimizer)  # another model: a new store (a loaded state stays)
         self._meta = watch_meta(model, optimizer, self.options, self.select)
         self._meta["grad_reduction"] = grad_reduction(model, optimizer)  # DDP / FSDP2 / local (distributed)
-        if self._scaler is not None:
-            self._meta["grad_scaler"] = "unscaled" if self._scaler.readable else "scaled (GradScaler unreadable)"
+        if scaler is not None:
+            self._meta["grad_scaler"] = "unscaled" if scaler.readable else "scaled (GradScaler unreadable)"
         self._recorder = recorder
-        apply_pending_state(self)
-        recorder.lock, recorder.errors, recorder.label = self._lock, self.errors, self._label
-        recorder.frames = frames = ForwardFrames(self.options.train_only, self._frame_ended, self._frame_began)
+        state, self._pending_state = self._pending_state, None
+        if state is not None:
+            self._apply_state(state)
+        recorder.lock, recorder.errors, recorder.label = self._lock, self.errors, self.stepper.label
+        frames = ForwardFrames(self.options.train_only, self.stepper.frame_ended, self.stepper.frame_began)
+        recorder.frames = frames
         recorder.register()
         self._frame_handles = frames.register(model, owner=self, tags=("watch",), errors=self.errors)
         self._attached = True
@@ -184,56 +182,30 @@ class Watch(WatchSteps, Callback):
     @contained
     def on_batch_start(self, batch: int) -> None:
         """Open (or continue) the step this training batch belongs to."""
-        recorder = self._recorder
-        if recorder is None or not self._attached:
-            return
-        self._batches += 1
-        self._poll_scaler()
-        self._ensure_step()
-        recorder.enter_batch(recorder.open_row)
+        if self._recorder is not None and self._attached:
+            self.stepper.batch_started()
 
     @contained
     def on_batch_end(self, batch: int) -> None:
         """Stop recording forwards of compiled models until the next training batch."""
-        if self._recorder is not None:
-            self._recorder.leave_batch()
+        self.stepper.batch_ended()
 
     @contained
     def after_backward(self) -> None:
         """Keep the loss scale of this backward (with `scaler`); take the parameter gradient statistics now
         without an optimizer, or after the first backward of a closure that the optimizer's step runs."""
-        recorder = self._recorder
-        if recorder is None:
-            return
-        self._step_backwards += 1
-        if self._scaler is not None:
-            recorder.set_grad_factor(self._scaler.factor())
-        if self._optimizer_ref is None:
-            recorder.record_param_grads()
-        elif self._in_step and not self._closure_grads:  # the gradients the closure step starts from
-            self._closure_grads = True
-            recorder.record_param_grads()
+        self.stepper.backward_ended()
 
     @contained
     def before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Open the step if it has not begun (a closure step), take the parameter gradient statistics and copy
         the weights (for update ratios)."""
-        if self._recorder is not None and self._is_ours(optimizer):
-            if self._optimizer_ref is not None:
-                self._ensure_step()
-            self._in_step, self._closure_grads = True, False
-            self._recorder.record_param_grads()
-            self._recorder.snapshot()
+        self.stepper.optimizer_step_starting(optimizer)
 
     @contained
     def after_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Record update-to-weight ratios and count the step."""
-        if self._recorder is not None and self._is_ours(optimizer):
-            self._in_step = False
-            self._recorder.record_ratios()
-            self._optimizer_steps += 1
-            if self._scaler is not None:
-                self._scaler.stepped = True
+        self.stepper.optimizer_step_ended(optimizer)
 
     def on_fit_end(self, error: BaseException | None = None) -> None:
         """Close the open step, flush, warn about unobserved modules, remove the hooks, close the sinks."""
@@ -242,7 +214,7 @@ class Watch(WatchSteps, Callback):
             return
         try:
             with self._lock:
-                self._finish(error)
+                self.stepper.finish(error)
         except Exception as err:
             self.errors.failed(err, "on_fit_end")
         finally:
@@ -259,8 +231,9 @@ class Watch(WatchSteps, Callback):
         if self._recorder is not None:
             self._recorder.log_loss(loss)
 
-    def _is_ours(self, optimizer: torch.optim.Optimizer) -> bool:
-        return self._optimizer_ref is None or self._optimizer_ref() is optimizer
+    def _count_error(self, reason: str) -> None:
+        if self._recorder is not None:
+            self._recorder.drop(reason)
 
     # ---- reading ---------------------------------------------------------------------------------------------
     def results(self) -> WatchResults:
@@ -276,10 +249,11 @@ class Watch(WatchSteps, Callback):
         recorder = self._recorder
         if recorder is None:
             return WatchResults(meta=dict(self._meta))
-        if self._attached and self._is_step_done():
-            self._end_step()
-        self._flush()
-        table = self._store.table()
+        stepper = self.stepper
+        if self._attached and stepper.is_step_done():
+            stepper.end_step()
+        stepper.flush()
+        table = stepper.store.table()
         results = build_results(table, recorder.paths, recorder.kinds, recorder.param_names, self.options)
         extras = collect_extras(recorder, model=_alive(self._model_ref))
         results.unit_activity = extras.unit_activity
@@ -288,17 +262,20 @@ class Watch(WatchSteps, Callback):
         results.execution_order = [recorder.paths[i] for i in recorder.forward_order]
         orders = (recorder.forward_order, recorder.backward_order)
         flagged = {} if recorder.first is None else first_from_flags(recorder.first, recorder.paths, orders)
-        results.first_nonfinite = merge_first(self._first, flagged)
-        results.dropped = {**recorder.dropped, **({"capacity": self._store.dropped} if self._store.dropped else {})}
+        results.first_nonfinite = merge_first(stepper.first, flagged)
+        dropped = stepper.store.dropped
+        results.dropped = {**recorder.dropped, **({"capacity": dropped} if dropped else {})}
         if recorder.buffers.acts.units.mismatch:  # outputs whose number of units changed: not counted per unit
             results.dropped["unit_shape"] = recorder.buffers.acts.units.mismatch
-        results.meta = {**self._meta, "recorded_steps": self._recorded, "stride": self._store.stride}
-        if self._labelled:
+        measured = {**stepper.budget.summary(), "recorded": stepper.state.recorded}
+        results.meta = {**self._meta, "recorded_steps": stepper.state.recorded, "stride": stepper.store.stride}
+        results.meta["measured"] = measured
+        if stepper.state.labelled:
             labels: dict[str, list[int]] = {}
-            for label, step in self._labelled:
+            for label, step in stepper.state.labelled:
                 labels.setdefault(label, []).append(step)
             results.meta["step_labels"] = labels
-        results.skipped_steps = list(self._skipped)
+        results.skipped_steps = list(stepper.state.skipped)
         return results
 
     def to_dataframe(self) -> Any:
@@ -311,7 +288,13 @@ class Watch(WatchSteps, Callback):
 
     def state_dict(self) -> dict[str, Any]:
         """Counters and kept steps, to resume a run (`load_state_dict`); flushes the device buffers."""
-        return watch_state(self)
+        with self._lock:
+            stepper = self.stepper
+            if self._recorder is not None:
+                stepper.batch_ended()
+                stepper.end_step()
+            stepper.flush()
+            return state_of(stepper.state_dict(), self._recorder)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore counters and kept steps from `state_dict` (call before training resumes); all or nothing.
@@ -323,7 +306,28 @@ class Watch(WatchSteps, Callback):
             ValueError: `state` is not a watch state dict of this version, does not fit the format (the field is
                 named) or was saved for other modules or widths; the watch is left as it was.
         """
-        load_watch_state(self, state)
+        check_state(state, self.options.hist_bins)
+        if self._recorder is None:
+            self._pending_state = state
+            return
+        check_fits(state["recorder"], self._recorder)
+        self._apply_state(state)
+
+    def _check_pending_state(self, recorder: Recorder) -> None:
+        """Check that the state waiting to be loaded fits `recorder`; drop it (and raise) when it does not."""
+        state = self._pending_state
+        if state is not None:
+            try:
+                check_fits(state["recorder"], recorder)
+            except ValueError:
+                self._pending_state = None
+                raise
+
+    def _apply_state(self, state: dict[str, Any]) -> None:
+        """Restore a checked state that fits: the stepper's part, then the recorder's."""
+        self.stepper.load_state_dict(stepper_state(state))
+        if self._recorder is not None and state["recorder"] is not None:
+            self._recorder.load_state_dict(state["recorder"])
 
 
 def _alive(ref: weakref.ref[Any] | None) -> Any:

@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 from torch.nn.utils import parametrize
 
-from .._check import check_callable, checked, renamed
+from .._check import aliases, check_callable, checked
 from .._errors import unknown_name
 from ..hooks import Selector, named_modules
 from ._layers import effective_weight, has_weight, weight_layers, weight_parameter
@@ -22,7 +22,7 @@ from ._layers import effective_weight, has_weight, weight_layers, weight_paramet
 __all__ = ["get_weights", "init_weights_", "scale_weights_", "set_weights_"]
 
 
-@renamed(layer_names="select")
+@aliases(layer_names="select")
 @checked()
 def get_weights(model: nn.Module, select: Selector = None) -> dict[str, torch.Tensor]:
     """Return path -> a detached copy of each chosen layer's weight (as the module computes with it)."""
@@ -55,7 +55,7 @@ def set_weights_(model: nn.Module, weights: Mapping[str, torch.Tensor]) -> None:
                 weight_parameter(module).copy_(value)
 
 
-@renamed(layer_names="select")
+@aliases(layer_names="select")
 @checked()
 def init_weights_(model: nn.Module, init: Callable[[torch.Tensor], Any], select: Selector = None) -> list[str]:
     """Call `init(weight)` (e.g. `torch.nn.init.orthogonal_`) on each chosen layer's stored weight, in place.
@@ -74,7 +74,7 @@ def init_weights_(model: nn.Module, init: Callable[[torch.Tensor], Any], select:
     return paths
 
 
-@renamed(layer_names="select")
+@aliases(layer_names="select")
 @checked()
 def scale_weights_(model: nn.Module, factor: float, select: Selector = None) -> list[str]:
     """Multiply each chosen layer's stored weight by `factor`, in place.

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from .._check import checked, renamed, shown
+from .._check import aliases, checked, shown
 from .._errors import closest_names, unknown_name
 from ..hooks import HookErrors, Selector, named_modules, register_module_hook
 from ..stats import STATISTICS, Spec, describe, finalize, norm_of, ratio_of_norms
@@ -31,7 +31,7 @@ ZERO_TOLERANCE = 1e-8
 _TAGS = ("hookscope.weights",)
 
 
-@renamed(layer_names="select")
+@aliases(layer_names="select")
 @checked()
 def add_weight_change_monitor_hook(model: nn.Module, select: Selector = None) -> HookData:
     """Snapshot the chosen layers' weights now, as the reference that `compute_weight_changes` measures from.
@@ -104,7 +104,7 @@ def compute_weight_changes(model: nn.Module, hook_data: Mapping[str, Any], metri
     return _to_floats(list(hook_data["layer_names"]), changes)
 
 
-@renamed(layer_names="select")
+@aliases(layer_names="select")
 @checked()
 def weight_distance(
     model: nn.Module, reference: nn.Module, metric: str = "norm", select: Selector = None
@@ -197,7 +197,7 @@ def weight_statistics(weight: torch.Tensor) -> torch.Tensor:
     )
 
 
-@renamed(layer_types="select")
+@aliases(layer_types="select")
 @checked()
 def add_weight_distribution_monitor(
     model: nn.Module, select: Selector = (nn.Linear, nn.Conv2d), *, max_history: int = 1000

@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 from torch.nn.utils import parametrize
 
-from .._check import checked, renamed, shown
+from .._check import aliases, checked, shown
 from ..hooks import HookHandle, Selector, normalize_path, register_module_hook, register_optimizer_hook
 from ._constraints import Constraint, MaxNorm, check_constraint
 from ._layers import HandleGroup, weight_layers, weight_parameter
@@ -144,7 +144,7 @@ def _remove_parametrization(module: nn.Module, parametrization: nn.Module) -> No
             return
 
 
-@renamed(layer_names="select")
+@aliases(layer_names="select")
 @checked()
 def register_constraint(
     model: nn.Module,
@@ -217,7 +217,7 @@ def _before_forward(handle: ConstraintHandle, path: str) -> Callable[[nn.Module,
     return hook
 
 
-@renamed(layer_names="select")
+@aliases(layer_names="select")
 @checked()
 def add_weight_norm_constraint_hook(model: nn.Module, max_norm: float = 10.0, select: Selector = None) -> HandleGroup:
     """Before each forward of each chosen layer, rescale in place every output unit whose weight row has an L2

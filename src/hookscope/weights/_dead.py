@@ -7,7 +7,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from .._check import FINITE, checked, renamed
+from .._check import FINITE, aliases, checked
 from ..hooks import HookErrors, HookHandle, Selector, register_module_hook, tensor_leaves
 from ..hooks._select import choose_modules
 
@@ -67,7 +67,7 @@ class DeadUnitDetector:
         self._handles: list[HookHandle] = []
         self.errors = HookErrors("DeadUnitDetector", counter="detector.errors.failures")
 
-    @renamed(layer_names="select")
+    @aliases(layer_names="select")
     def attach(self, model: nn.Module, select: Selector = None) -> DeadUnitDetector:
         """Hook the modules `select` picks (default: those with parameters of their own); returns self.
 

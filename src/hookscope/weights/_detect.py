@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
-from .._check import checked, renamed
+from .._check import aliases, checked
 from ..hooks import Selector
 from ._layers import effective_weight, unit_rows, weight_layers
 
@@ -106,7 +106,7 @@ class DuplicateUnits:
     total: int = 0
 
 
-@renamed(layer_names="select")
+@aliases(layer_names="select")
 @checked()
 def find_duplicate_units(
     model: nn.Module, threshold: float = 0.99, select: Selector = None, *, max_pairs: int = 100
@@ -150,7 +150,7 @@ def _duplicates(rows: torch.Tensor, threshold: float, max_pairs: int) -> Duplica
     return found
 
 
-@renamed(layer_names="select")
+@aliases(layer_names="select")
 @checked()
 def spectral_stats(
     model: nn.Module, select: Selector = None, *, power_iterations: int | None = None

@@ -27,7 +27,7 @@ def has_weight(module: nn.Module) -> bool:
     """Whether `module` has a `weight` parameter of its own (a parametrized `weight` counts)."""
     if parametrize.is_parametrized(module, "weight"):
         return True
-    return isinstance(module._parameters.get("weight"), torch.Tensor)
+    return isinstance(dict(module.named_parameters(recurse=False)).get("weight"), torch.Tensor)
 
 
 def weight_layers(model: nn.Module, select: Selector = None) -> list[tuple[str, nn.Module]]:
@@ -78,7 +78,7 @@ def weight_parameter(module: nn.Module) -> torch.Tensor:
                 "('original0', ...); remove the parametrization first with parametrize.remove_parametrizations"
             )
         return original
-    weight = module._parameters["weight"]
+    weight = dict(module.named_parameters(recurse=False)).get("weight")
     if weight is None:
         raise TypeError(f"module {type(module).__name__} must have a weight parameter, got None")
     return weight

@@ -9,8 +9,9 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from .._check import checked, renamed
+from .._check import aliases, checked
 from .._schema import Int, ListOf, Optional, Record, Str, check
+from .._torch import foreach_copy_
 from ..hooks import HookErrors, HookHandle, Selector, register_optimizer_hook
 from ..stats import Sampler, norm_of, ratio_of_norms
 from ._layers import weight_layers, weight_parameter
@@ -71,7 +72,7 @@ class UpdateRatioMonitor:
         """Steps recorded but no longer kept (past `capacity`)."""
         return self._log.dropped
 
-    @renamed(layer_names="select")
+    @aliases(layer_names="select")
     def attach(self, model: nn.Module, optimizer: torch.optim.Optimizer, select: Selector = None) -> UpdateRatioMonitor:
         """Watch the chosen layers' weights around every `optimizer.step()`; returns self (`with` detaches).
 
@@ -121,7 +122,7 @@ class UpdateRatioMonitor:
             if len(self._before) != len(self._weights):
                 self._before = [w.detach().clone() for w in self._weights]
             else:
-                torch._foreach_copy_(self._before, [w.detach() for w in self._weights])
+                foreach_copy_(self._before, [w.detach() for w in self._weights])
 
     def _after_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if is_nested_step(optimizer):

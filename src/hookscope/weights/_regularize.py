@@ -8,7 +8,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from .._check import checked, renamed
+from .._check import aliases, checked
 from ..hooks import Selector, register_post_accumulate_grad_hook
 from ._layers import HandleGroup, effective_weight, weight_layers, weight_parameter
 
@@ -25,7 +25,7 @@ def _penalty(model: nn.Module, select: Selector, term: Callable[[torch.Tensor], 
     return torch.stack([t.to(device) for t in terms]).sum()
 
 
-@renamed(layer_names="select")
+@aliases(layer_names="select")
 @checked()
 def l1_penalty(model: nn.Module, select: Selector = None) -> torch.Tensor:
     """Return sum |W| over the chosen layers' weights: a differentiable 0-d tensor to add to the loss.
@@ -35,7 +35,7 @@ def l1_penalty(model: nn.Module, select: Selector = None) -> torch.Tensor:
     return _penalty(model, select, lambda w: w.abs().sum(dtype=_accumulator(w)))
 
 
-@renamed(layer_names="select")
+@aliases(layer_names="select")
 @checked()
 def l2_penalty(model: nn.Module, select: Selector = None) -> torch.Tensor:
     """Return sum W^2 over the chosen layers' weights (no 1/2 factor): a differentiable 0-d tensor for the loss.
@@ -49,7 +49,7 @@ def _accumulator(weight: torch.Tensor) -> torch.dtype:
     return torch.float64 if weight.dtype == torch.float64 else torch.float32
 
 
-@renamed(layer_names="select")
+@aliases(layer_names="select")
 @checked()
 def register_weight_decay(
     model: nn.Module,

@@ -25,8 +25,18 @@ import torch
 
 from .._check import NON_EMPTY, TIMEOUT, checked
 from ..distributed import DEFAULT_TIMEOUT, GRAD_SHARDED, MergeWarning, combine_parts, combine_ranks, merge_parts
-from ..stats import EXPONENT_NONE, auto_edges, exponent_of_edges, finalize, fixed_edges, from_statistics, rebin
-from ._assemble import merge_first
+from ..stats import (
+    EXPONENT_NONE,
+    auto_edges,
+    exponent_of_edges,
+    finalize,
+    fixed_edges,
+    from_statistics,
+    rebin,
+    root_sum_squares,
+    widest_exponent,
+)
+from ._nonfinite import merge_first
 from ._results import ACTIVATION_STATS, GRAD_STATS, WatchResults
 
 __all__ = ["combine_results", "merge_results"]
@@ -38,6 +48,7 @@ _OPS = {
     "param_grads": "gather",
     "update_ratios": "gather",
     "losses": "gather",
+    "loss_counts": "gather",
     "hists": "sum",
     "outside": "sum",
     "units": "sum",
@@ -158,11 +169,10 @@ class _Layout:
                 f"hist_range must be the same on every rank, got {ranges} (rank order); watch every rank with the "
                 "same hist_range, or None (a range that follows the data, merged exactly)"
             )
-        hists: dict[str, int] = {}
+        paths = _union([list(h["hists"]) for h in headers])
+        hists = {p: widest_exponent(h["hists"][p] for h in headers if p in h["hists"]) for p in paths}
         units: dict[str, int] = {}
         for header in headers:
-            for path, exponent in header["hists"].items():
-                hists[path] = max(hists.get(path, EXPONENT_NONE), exponent)
             for path, size in header["units"].items():
                 units.setdefault(path, size)
         return cls(
@@ -205,8 +215,10 @@ def _pack(results: WatchResults, header: dict[str, Any], layout: _Layout) -> dic
     statistics = _fill(layout.activations, results.activations, ACTIVATION_STATS, rows, steps)
     ratios = {name: {"ratio": series} for name, series in results.update_ratios.items()}
     losses = torch.full((steps,), _NAN, dtype=torch.float64)
+    logged = torch.zeros(steps, dtype=torch.float64)
     if results.losses is not None:
         losses[rows] = results.losses.double()
+        logged[rows] = results.loss_logged().double()
     hists = torch.zeros(steps, len(layout.hists), layout.bins, dtype=torch.float64)
     outside = torch.zeros(steps, len(layout.hists), 2, dtype=torch.float64)
     for j, (path, target) in enumerate(layout.hists.items()):
@@ -227,6 +239,7 @@ def _pack(results: WatchResults, header: dict[str, Any], layout: _Layout) -> dic
         "param_grads": _fill(layout.param_grads, results.param_grads, GRAD_STATS, rows, steps),
         "update_ratios": _fill(layout.update_ratios, ratios, ("ratio",), rows, steps),
         "losses": losses,
+        "loss_counts": logged,
         "hists": hists,
         "outside": outside,
         "units": units,
@@ -261,8 +274,7 @@ def _root_sum_squares(block: torch.Tensor, divide: float = 1.0) -> torch.Tensor:
     """(ranks, S, N, 2) norms and non-finite counts -> (S, N, 2): root of summed squares, summed counts."""
     seen = ~block[..., 1].isnan()
     norm = torch.where(seen, block[..., 0], 0.0)
-    unit = norm.amax(0).clamp(min=1e-300)
-    root = (norm / unit).square().sum(0).sqrt() * unit / divide
+    root = root_sum_squares(norm, dim=0) / divide
     nonfinite = torch.where(seen, block[..., 1], 0.0).sum(0)
     return torch.where(seen.any(0)[..., None], torch.stack((root, nonfinite), dim=-1), _NAN)
 
@@ -292,8 +304,10 @@ def _assemble(
     merged.output_grads = _series(_root_sum_squares(tables["output_grads"], divide), layout.output_grads, GRAD_STATS)
     report = _merge_params(merged, headers, layout, tables, notes)
     if layout.has_losses:
-        losses = tables["losses"]
-        merged.losses = losses.nansum(0).div((~losses.isnan()).sum(0))  # 0/0 = NaN: no rank logged one
+        # the mean over the ranks that logged one (a non-finite one stays so); 0/0 = NaN: no rank logged one
+        logged = tables["loss_counts"] > 0
+        merged.losses = torch.where(logged, tables["losses"], 0.0).sum(0).div(logged.sum(0))
+        merged.loss_counts = logged.sum(0).double()
     for j, (path, exponent) in enumerate(layout.hists.items()):
         merged.histograms[path] = tables["hists"][:, j].clone()
         if layout.hist_range is None:

@@ -23,11 +23,13 @@ from ..stats import STATISTICS
 
 __all__ = [
     "ACTIVATION_STATS",
+    "FIGURES",
     "FIRST_NONFINITE",
     "GRAD_STATS",
     "RESULTS_FILE",
     "SCHEMA",
     "WatchResults",
+    "layer_figures",
     "results_file",
 ]
 
@@ -47,7 +49,8 @@ GRAD_STATS = ("norm", "nonfinite")
 of non-finite values (in a large gradient that holds some, the norm and the count are estimated from a sample)."""
 
 _KIND = "watch_results"
-_FIGURES = ("mean", "std", "grad norm", "nonfinite")
+FIGURES = ("mean", "std", "grad norm", "nonfinite")
+"""The per-layer figures `summary()` and the notebook table show, in order (`layer_figures`)."""
 _MIN_NAME = 8  # the narrowest layer column
 _FIGURE = 9  # the width of one figure: `.3g` of a float32 takes at most 9 characters (-1.23e-05)
 
@@ -70,7 +73,9 @@ class WatchResults:
         param_grads: parameter name -> stat name (`GRAD_STATS`) -> (S,) float64, after accumulation (and after
             DDP's all-reduce when wrapped: `meta["grad_reduction"]` says which).
         update_ratios: parameter name -> (S,) float64, ||W_after - W_before|| / ||W_after|| per optimizer step.
-        losses: (S,) float64 when the loss was logged (`watch.log_loss`), else `None`.
+        losses: (S,) float64 when the loss was logged (`watch.log_loss`), else `None`; NaN in a step without a
+            logged loss, where `loss_counts` is 0 (unknown, not non-finite).
+        loss_counts: (S,) float64, how many losses were logged in each step (`None` with `losses`).
         unit_activity: module path -> (units,) float64, the fraction of observed values of each output unit
             (dim 1 of 4-D and 5-D outputs and of convolution/normalization layers, the last dim otherwise) that
             were > 0, over all recorded steps.
@@ -96,6 +101,7 @@ class WatchResults:
     param_grads: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
     update_ratios: dict[str, torch.Tensor] = field(default_factory=dict)
     losses: torch.Tensor | None = None
+    loss_counts: torch.Tensor | None = None
     unit_activity: dict[str, torch.Tensor] = field(default_factory=dict)
     identical_units: dict[str, int] = field(default_factory=dict)
     first_nonfinite: dict[str, dict[str, Any] | None] = field(
@@ -121,7 +127,8 @@ class WatchResults:
             "update_ratios": {name: {"ratio": s} for name, s in self.update_ratios.items()},
         }
         if self.losses is not None:
-            out["losses"] = {"loss": {"loss": self.losses}}
+            logged = {} if self.loss_counts is None else {"count": self.loss_counts}
+            out["losses"] = {"loss": {"loss": self.losses, **logged}}
         return out
 
     def summary(self, max_layers: int = 20, width: int | None = None) -> str:
@@ -163,17 +170,36 @@ class WatchResults:
 
     def _layer_rows(self, paths: list[str], columns: int) -> list[str]:
         """The header and one row per layer of `summary`, `columns` wide."""
-        figures = len(_FIGURES) * (_FIGURE + 1)
+        figures = len(FIGURES) * (_FIGURE + 1)
         kind = max(min(max(len(self.layers[p]) for p in paths), 16, columns - figures - _MIN_NAME - 1), len("type"))
         name = columns - kind - 1 - figures
-        rows = [f"{'layer':<{name}} {'type':<{kind}}" + "".join(f" {h:>{_FIGURE}}" for h in _FIGURES)]
+        rows = [f"{'layer':<{name}} {'type':<{kind}}" + "".join(f" {h:>{_FIGURE}}" for h in FIGURES)]
         for path in paths:
-            act, grad = self.activations.get(path, {}), self.output_grads.get(path, {})
-            cells = [_last(act.get(stat)) for stat in ("mean", "std")] + [_last(grad.get("norm"))]
-            cells.append(_last(act.get("nonfinite")))
+            cells = layer_figures(self, path)
             layer, kind_name = display_name(path, name), shorten_middle(self.layers[path], kind)
             rows.append(f"{layer:<{name}} {kind_name:<{kind}}" + "".join(f" {c:>{_FIGURE}.3g}" for c in cells))
         return rows
+
+    def __repr__(self) -> str:
+        from ._display import results_repr
+
+        return results_repr(self)
+
+    def _repr_html_(self) -> str:
+        """The layers' table with small plots of their series, for notebooks (`IPython.display` calls it)."""
+        from ._display import results_html
+
+        return results_html(self)
+
+    def loss_logged(self) -> torch.Tensor:
+        """(S,) bool: the steps whose loss was logged; elsewhere the loss is unknown (NaN), not non-finite.
+
+        Results saved before `loss_counts` existed count every step as logged. Without `losses`, none is."""
+        if self.losses is None:
+            return torch.zeros(self.steps.shape, dtype=torch.bool)
+        if self.loss_counts is None:
+            return torch.ones(self.losses.shape, dtype=torch.bool)
+        return self.loss_counts > 0
 
     def to_records(self) -> list[dict[str, Any]]:
         """Long-format rows `{step, group, name, stat, value}`, one per recorded value (NaN rows skipped)."""
@@ -240,6 +266,13 @@ class WatchResults:
 hint_for(WatchResults, "the results of watch(model).results(), or WatchResults.load(path)")
 
 
+def layer_figures(results: WatchResults, path: str) -> list[float]:
+    """The figures `summary()` shows for a layer (`FIGURES`): the last recorded step's activation mean and std,
+    output-gradient norm and non-finite count (NaN where not recorded)."""
+    act, grad = results.activations.get(path, {}), results.output_grads.get(path, {})
+    return [_last(act.get("mean")), _last(act.get("std")), _last(grad.get("norm")), _last(act.get("nonfinite"))]
+
+
 def results_file(path: Path) -> Path:
     """The results file `path` names: itself, or the `RESULTS_FILE` in the report folder `path`.
 
@@ -270,7 +303,7 @@ def _decode(tensors: dict[str, torch.Tensor], document: dict[str, Any], source: 
     check(_DOCUMENT, document, source, at="results")
     fields = {name: value for name, value in document.items() if name != "tensor_order"}
     fields.setdefault("skipped_steps", [])
-    fields.update({name: {} for name in _TENSOR_FIELDS if name not in ("steps", "losses")}, losses=None)
+    fields.update({name: {} for name in _TENSOR_FIELDS if name not in _SINGLE}, losses=None, loss_counts=None)
     order = [key for key in document.get("tensor_order", []) if key in tensors]
     for key in order + sorted(key for key in tensors if key not in order):
         _place(fields, key, tensors[key], source)
@@ -284,6 +317,8 @@ def _place(fields: dict[str, Any], key: str, tensor: torch.Tensor, source: str) 
     name, _, stat = rest.rpartition("/")
     if key == "steps" or (group == "losses" and rest == "loss/loss"):
         fields[group] = tensor
+    elif group == "losses" and rest == "loss/count":
+        fields["loss_counts"] = tensor
     elif group in _STAT_GROUPS and "/" in rest:
         fields[group].setdefault(name, {})[stat] = tensor
     elif group == "update_ratios" and "/" in rest and stat == "ratio":
@@ -291,7 +326,9 @@ def _place(fields: dict[str, Any], key: str, tensor: torch.Tensor, source: str) 
     elif group in _NAMED_TENSORS and "/" in key:
         fields[group][rest] = tensor
     else:
-        known = ", ".join(["steps", "losses/loss/loss", *(f"{g}/..." for g in (*_STAT_GROUPS, *_NAMED_TENSORS))])
+        known = ", ".join(
+            ["steps", "losses/loss/loss", "losses/loss/count", *(f"{g}/..." for g in (*_STAT_GROUPS, *_NAMED_TENSORS))]
+        )
         raise SchemaError(source, f"tensor {key!r}", f"is not a results tensor (known: {known})")
 
 
@@ -310,6 +347,7 @@ SCHEMA = Record(
     param_grads=MapOf(MapOf(_SERIES, key=Str(GRAD_STATS))),
     update_ratios=MapOf(_SERIES),
     losses=Optional(_SERIES),
+    loss_counts=Optional(_SERIES),
     unit_activity=MapOf(Tensor(FLOAT, shape=("*",)), keys_in="layers"),
     identical_units=MapOf(Int(min=0), keys_in="layers"),
     first_nonfinite=FIRST_NONFINITE,
@@ -324,7 +362,8 @@ each layer's histogram one bin fewer than its edges, layer-keyed tables keyed by
 
 _STAT_GROUPS = ("activations", "output_grads", "param_grads")
 _NAMED_TENSORS = ("histograms", "hist_edges", "hist_outside", "unit_activity")
-_TENSOR_FIELDS = ("steps", *_STAT_GROUPS, "update_ratios", "losses", *_NAMED_TENSORS)
+_TENSOR_FIELDS = ("steps", *_STAT_GROUPS, "update_ratios", "losses", "loss_counts", *_NAMED_TENSORS)
+_SINGLE = ("steps", "losses", "loss_counts")  # one tensor each, not a table of them
 _DOCUMENT = Record(
     {name: Json() for name in SCHEMA.fields if name not in _TENSOR_FIELDS and name != "skipped_steps"},
     optional={"skipped_steps": Json(), "tensor_order": ListOf(Str())},  # files from before skipped_steps

@@ -1,0 +1,64 @@
+"""Where non-finite values first appeared: per direction (forward outputs, backward output gradients), the module
+and step where a non-finite value was first seen, from recorded steps' counts or from unrecorded steps' flags.
+
+Within a step, the module that ran first (in the order modules ran, forward or backward) is named: a NaN made in
+layer k propagates to k+1, ..., so the earliest is its producer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ._results import ACTIVATION_STATS, GRAD_STATS
+
+__all__ = ["first_from_flags", "first_nonfinite", "merge_first"]
+
+_NONFINITE = ACTIVATION_STATS.index("nonfinite")
+
+
+def first_nonfinite(table: Any, paths: list[str], orders: tuple[list[int], list[int]]) -> dict[str, Any]:
+    """Return `{"forward": {"path", "step"} or None, "backward": ...}` from the non-finite counts of `table`."""
+    found: dict[str, Any] = {}
+    columns = (table.activations[..., _NONFINITE], table.output_grads[..., GRAD_STATS.index("nonfinite")])
+    for direction, counts, order in zip(("forward", "backward"), columns, orders, strict=True):
+        bad = counts.nan_to_num(0.0) > 0  # (S, modules)
+        rows = bad.any(dim=1).nonzero()
+        if len(rows) == 0:
+            found[direction] = None
+            continue
+        row = int(rows[0, 0])
+        index = _earliest(bad[row].nonzero().flatten().tolist(), order)
+        found[direction] = {"path": paths[index], "step": int(table.steps[row])}
+    return found
+
+
+def first_from_flags(first: torch.Tensor, paths: list[str], orders: tuple[list[int], list[int]]) -> dict[str, Any]:
+    """Same as `first_nonfinite`, from the (2, modules) first-non-finite-step flags of unrecorded steps."""
+    found: dict[str, Any] = {}
+    for direction, steps, order in zip(("forward", "backward"), first.cpu(), orders, strict=True):
+        hit = steps >= 0
+        if not bool(hit.any()):
+            found[direction] = None
+            continue
+        step = int(steps[hit].min())
+        index = _earliest((steps == step).nonzero().flatten().tolist(), order)
+        found[direction] = {"path": paths[index], "step": step}
+    return found
+
+
+def merge_first(*sources: dict[str, Any]) -> dict[str, Any]:
+    """Keep, per direction, the earliest of several `first_nonfinite` answers."""
+    merged: dict[str, Any] = {"forward": None, "backward": None}
+    for source in sources:
+        for direction, hit in source.items():
+            if hit is not None and (merged[direction] is None or hit["step"] < merged[direction]["step"]):
+                merged[direction] = hit
+    return merged
+
+
+def _earliest(candidates: list[int], order: list[int]) -> int:
+    """The candidate module that fired first (by `order`); modules that never fired come last, in model order."""
+    rank = {index: position for position, index in enumerate(order)}
+    return min(candidates, key=lambda index: (rank.get(index, len(order) + index), index))

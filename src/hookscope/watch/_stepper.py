@@ -1,0 +1,333 @@
+"""The step of one watch: `Stepper`, the one object that writes its `StepState` (`_step.py`), by applying the
+step rule (`hookscope.callbacks._steps`) to the events of the training loop.
+
+Everyone else reads the state: the recorder's hooks (which row a call is recorded into, or whether it is only
+checked), the traced hooks under `torch.compile` (two booleans, so compiled code is reused), and `Watch`. The
+stepper opens a step at a training batch (or at a closure's optimizer step), closes it when the next one opens or
+the run ends, moves closed steps to the host store and the sinks (`flush`), and runs the live doctor.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from .._errors import UnobservedModuleWarning
+from ..callbacks._steps import Frame
+from ..results import WatchResults, first_nonfinite, merge_first
+from ._assemble import build_results
+from ._budget import Budget
+from ._extras import collect_extras
+from ._options import WatchOptions
+from ._recorder import Recorder
+from ._scaler import GradScalerSteps
+from ._sinks import Sink
+from ._step import StepState
+from ._store import SeriesStore
+
+__all__ = ["Stepper"]
+
+
+_COUNTERS = ("batches", "optimizer_steps", "step", "recorded")
+
+
+class Stepper:
+    """Open and close the steps of one watch, and keep what the closed steps recorded.
+
+    Args:
+        options: The watch's options.
+        sinks: Where flushed steps go, in order.
+        lock: The watch's lock (hooks and events from several threads run one at a time).
+        results: Returns the watch's results so far (for the live doctor).
+    """
+
+    def __init__(
+        self,
+        options: WatchOptions,
+        sinks: list[Sink],
+        lock: threading.RLock,
+        results: Callable[[], WatchResults],
+    ) -> None:
+        self.state = StepState()
+        self.options = options
+        self.sinks = sinks
+        self.store = SeriesStore(options.capacity, options.cadence)
+        self.budget = Budget(options.budget if options.is_budgeted else None, options.cadence, options.max_steps)
+        self.recorder: Recorder | None = None
+        self.scaler: GradScalerSteps | None = None
+        self.first: dict[str, Any] = {"forward": None, "backward": None}  # from the flushed steps
+        self._optimizer: weakref.ref[torch.optim.Optimizer] | None = None
+        self._model: weakref.ref[nn.Module] | None = None
+        self._lock = lock
+        self._results = results
+        self._warned_unobserved = False
+        self._doctor: Any = None
+        self._doctor_at = 0
+        self._has_doctor = options.doctor
+
+    # ---- what the stepper follows ----------------------------------------------------------------------------
+    def bind(self, recorder: Recorder, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
+        """Follow the steps of `model` trained by `optimizer`, recorded by `recorder` (a new one: a new store)."""
+        if self.recorder is not None and recorder is not self.recorder:
+            self.store = SeriesStore(self.options.capacity, self.options.cadence)
+        self.recorder = recorder
+        self._model = weakref.ref(model)
+        self._optimizer = None if optimizer is None else weakref.ref(optimizer)
+
+    def set_optimizer(self, optimizer: torch.optim.Optimizer, *, after_step: bool) -> None:
+        """Count steps by `optimizer`'s steps from now on (see `Watch.attach_optimizer`)."""
+        state = self.state
+        self._optimizer = weakref.ref(optimizer)
+        state.optimizer_steps = max(state.step, 0) + (1 if after_step and state.step >= 0 else 0)
+
+    def optimizer(self) -> torch.optim.Optimizer | None:
+        """The optimizer whose steps are the steps (`None`: each training forward is one)."""
+        return None if self._optimizer is None else self._optimizer()
+
+    def model(self) -> nn.Module | None:
+        """The watched model, if it is alive."""
+        return None if self._model is None else self._model()
+
+    def is_ours(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Whether `optimizer`'s steps are the watched steps."""
+        return self._optimizer is None or self._optimizer() is optimizer
+
+    # ---- events ----------------------------------------------------------------------------------------------
+    def batch_started(self) -> None:
+        """A training batch begins: open (or continue) its step; traced hooks follow the open step."""
+        state = self.state
+        state.batches += 1
+        self.poll_scaler()
+        self._ensure_step()
+        state.recording, state.checking_now = state.row >= 0, state.row < 0 and state.checking
+        state.skipping = state.row < 0 and not state.checking
+
+    def batch_ended(self) -> None:
+        """The training batch ended: hooks record nothing until the next one."""
+        self.state.recording = self.state.checking_now = self.state.skipping = False
+
+    def backward_ended(self) -> None:
+        """A backward through the model finished: keep its loss scale, take the parameter gradients now without an
+        optimizer, or after the first backward of a closure that the optimizer's step runs."""
+        recorder, state = self.recorder, self.state
+        if recorder is None:
+            return
+        state.backwards += 1
+        if self.scaler is not None:
+            recorder.set_grad_factor(self.scaler.factor())
+        if self._optimizer is None:
+            recorder.params.record_grads()
+        elif state.in_optimizer_step and not state.closure_grads:
+            state.closure_grads = True
+            recorder.params.record_grads()
+
+    def optimizer_step_starting(self, optimizer: torch.optim.Optimizer) -> None:
+        """Open the step if it has not begun (a closure step), take the parameter gradients, copy the weights."""
+        recorder = self.recorder
+        if recorder is None or not self.is_ours(optimizer):
+            return
+        if self._optimizer is not None:
+            self._ensure_step()
+        self.state.in_optimizer_step, self.state.closure_grads = True, False
+        recorder.params.record_grads()
+        recorder.params.snapshot()
+
+    def optimizer_step_ended(self, optimizer: torch.optim.Optimizer) -> None:
+        """Record the update ratios and count the step."""
+        recorder = self.recorder
+        if recorder is None or not self.is_ours(optimizer):
+            return
+        self.state.in_optimizer_step = False
+        recorder.params.record_ratios()
+        self.state.optimizer_steps += 1
+        if self.scaler is not None:
+            self.scaler.stepped = True
+
+    def frame_began(self, frame: Frame) -> None:
+        """A root forward that is not part of a step began: traced (compiled) hooks record nothing during it."""
+        if self.recorder is not None and frame.reason is not None:
+            state = self.state
+            frame.saved = (state.recording, state.checking_now, state.skipping)
+            state.recording = state.checking_now = state.skipping = False
+
+    def frame_ended(self, frame: Frame, completed: bool) -> None:
+        """A root forward ended: keep what it recorded if it completed (`Recorder.commit`); one that raised was
+        no training batch (without an optimizer, the step it began goes on with the next forward)."""
+        recorder = self.recorder
+        if recorder is None:
+            return
+        with self._lock:
+            if frame.saved is not None:
+                self.state.recording, self.state.checking_now, self.state.skipping = frame.saved
+            if frame.items:
+                recorder.commit(frame, completed)
+            if not completed and frame.reason is None:
+                self.state.batches -= 1
+
+    def label(self, label: str) -> None:
+        """Label the open step (`"retain_graph"`: a backward went through its forward twice)."""
+        state = self.state
+        if state.step >= 0 and [label, state.step] not in state.labelled:
+            state.labelled.append([label, state.step])
+
+    def poll_scaler(self) -> None:
+        """After `scaler.update()`: if the open step had no optimizer step, the scaler skipped it; it is a step
+        of its own (recorded with its forward and output gradients, no parameter gradients or update ratios)."""
+        tracker, state = self.scaler, self.state
+        if tracker is None or not tracker.updated():
+            return
+        if not tracker.stepped and state.step >= 0 and state.step == state.optimizer_steps:
+            state.skipped.append(state.step)
+            state.optimizer_steps += 1
+        tracker.stepped = False
+
+    # ---- steps -----------------------------------------------------------------------------------------------
+    def _ensure_step(self) -> None:
+        """Open the step the next event belongs to: the optimizer's next step, or this training forward's."""
+        state = self.state
+        if self.recorder is None:
+            return
+        step = state.optimizer_steps if self._optimizer is not None else state.batches - 1
+        if step != state.step or (state.row < 0 and not state.checking):
+            self._begin_step(step)
+
+    def is_step_done(self) -> bool:
+        """Whether the open step has had its optimizer step (or, without an optimizer, its backward)."""
+        if self._optimizer is not None:
+            return self.state.optimizer_steps > self.state.step
+        return self.state.backwards > 0
+
+    def _begin_step(self, step: int) -> None:
+        self.end_step()
+        recorder, state = self.recorder, self.state
+        if recorder is None:
+            return
+        state.step, state.backwards, state.is_open = step, 0, True
+        if recorder.buffers.is_full:
+            self.flush()  # first: thinning may change which steps are recorded
+        if self.budget.begin(step) and self.store.records(step):
+            state.row = recorder.buffers.new_row(step)
+            state.recorded += 1
+        else:
+            state.checking = self.options.checks_skipped_steps
+
+    def end_step(self) -> None:
+        """Close the open step, if any: fold its checks, or settle its row and run the doctor when it is due."""
+        recorder, state = self.recorder, self.state
+        if recorder is None or (state.row < 0 and not state.checking):
+            state.skipping = False
+            return
+        start = time.perf_counter()
+        try:
+            self._close_step(recorder, state)
+        finally:
+            self.budget.add_own(time.perf_counter() - start)
+
+    def _close_step(self, recorder: Recorder, state: StepState) -> None:
+        if state.checking:
+            recorder.fold_flags(state.step)
+        was_recorded = state.row >= 0
+        if was_recorded:
+            recorder.settle()
+        state.row = -1
+        state.checking = state.recording = state.checking_now = state.skipping = state.is_open = False
+        if was_recorded:
+            self._warn_unobserved()
+            if self._has_doctor and state.recorded - self._doctor_at >= self.options.doctor_every:
+                self._run_doctor()
+
+    def finish(self, error: BaseException | None) -> None:
+        """The run ended (with `error`, if it raised): close the open step, flush, warn about unobserved modules."""
+        if error is not None:
+            self._warned_unobserved = True  # a step cut short proves nothing about unobserved modules
+        self.poll_scaler()
+        state = self.state
+        is_open = self.recorder is not None and (state.row >= 0 or state.checking)
+        if is_open and self._optimizer is not None and state.optimizer_steps <= state.step:
+            self.label("unfinished")  # its optimizer step never came: the run ended, or forwards ran after it
+        self.end_step()
+        self.flush()
+        self.budget.settle()
+        self._warn_unobserved(final=True)
+
+    def flush(self) -> None:
+        """Move the closed steps' rows to the host store (one transfer) and hand them to the sinks."""
+        recorder = self.recorder
+        if recorder is None:
+            return
+        start = time.perf_counter()
+        try:
+            self._flush(recorder)
+        finally:
+            self.budget.add_own(time.perf_counter() - start)
+
+    def _flush(self, recorder: Recorder) -> None:
+        recorder.write_pending()
+        stop = self.state.row if self.state.row >= 0 else None
+        chunk = recorder.buffers.take(stop)
+        if chunk is None:
+            return
+        orders = (recorder.forward_order, recorder.backward_order)
+        self.first = merge_first(self.first, first_nonfinite(chunk, recorder.paths, orders))
+        kept = self.store.add(chunk)
+        if self.sinks and len(kept):
+            block = build_results(kept, recorder.paths, recorder.kinds, recorder.param_names, self.options)
+            for sink in self.sinks:
+                sink.write(block)
+
+    # ---- state -----------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The counters, labels, first non-finite values and kept steps (the table as `Chunk` fields)."""
+        state = self.state
+        saved: dict[str, Any] = {name: getattr(state, name) for name in _COUNTERS}
+        saved.update(warned_unobserved=self._warned_unobserved, skipped=list(state.skipped))
+        saved.update(labelled=[list(pair) for pair in state.labelled], first=dict(self.first))
+        saved.update(stride=self.store.stride, capacity_dropped=self.store.dropped, table=self.store.table())
+        return saved
+
+    def load_state_dict(self, saved: dict[str, Any]) -> None:
+        """Restore what `state_dict` returned (checked by the caller: nothing here refuses it)."""
+        state = self.state
+        for name in _COUNTERS:
+            setattr(state, name, saved[name])
+        state.skipped = list(saved.get("skipped", ()))
+        state.labelled = [list(pair) for pair in saved.get("labelled", ())]
+        self._warned_unobserved = saved["warned_unobserved"]
+        self.first = dict(saved["first"])
+        self.store.restore(saved["table"], saved["stride"], saved["capacity_dropped"])
+
+    # ---- warnings and the doctor -----------------------------------------------------------------------------
+    def _warn_unobserved(self, final: bool = False) -> None:
+        recorder = self.recorder
+        if self._warned_unobserved or recorder is None or self.state.recorded == 0:
+            return
+        if not final and not any(recorder.observed):  # a step closed before its forwards ran (threads)
+            return
+        self._warned_unobserved = True
+        unobserved = collect_extras(recorder, model=self.model(), unobserved_only=True).unobserved
+        if unobserved:
+            listing = "; ".join(f"{path!r}: {reason}" for path, reason in unobserved.items())
+            warnings.warn(
+                f"watch(): {len(unobserved)} selected module(s) never ran during a training step, so nothing is "
+                f"recorded for them (see results().unobserved): {listing}",
+                UnobservedModuleWarning,
+                stacklevel=2,
+            )
+
+    def _run_doctor(self) -> None:
+        self._doctor_at = self.state.recorded
+        if self._doctor is None:
+            try:
+                from ..doctor import LiveDoctor
+            except ImportError:  # the doctor is an optional part: watch works without it
+                self._has_doctor = False
+                return
+            self._doctor = LiveDoctor()
+        self._doctor.update(self._results(), warn=True, stacklevel=3)

@@ -1,0 +1,141 @@
+"""The overhead budget: which steps `watch()` measures, so that its own cost stays within `budget` of the run.
+
+The token bucket is checked against a fake clock (exact, no timing on this machine), then a real run on a model
+where measuring every step costs several times the step: the cost hookscope records for itself stays within the
+budget, and the first and last steps of a long run are measured.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+
+from hookscope.watch import _budget, watch
+from hookscope.watch._budget import WARMUP_STEPS, Budget
+
+
+class FakeClock:
+    """`time.perf_counter` of `hookscope.watch._budget`, advanced by hand."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def simulate(budget: Budget, clock: FakeClock, steps: int, step_time: float, cost: float) -> list[int]:
+    """Run `steps` steps of `step_time` seconds; a measured one costs hookscope `cost` more. Return the measured."""
+    measured = []
+    for step in range(steps):
+        if budget.begin(step):
+            measured.append(step)
+            budget.add_own(cost)
+            clock.now += cost
+        clock.now += step_time
+    budget.settle()  # the last step ends
+    return measured
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    fake = FakeClock()
+    monkeypatch.setattr(_budget.time, "perf_counter", fake)
+    return fake
+
+
+def test_an_expensive_measurement_is_spaced_to_keep_the_budget(clock: FakeClock) -> None:
+    budget = Budget(0.03, every=1)
+    measured = simulate(budget, clock, 2000, step_time=1e-3, cost=5e-3)  # every step measured would be 6x
+    assert measured[:WARMUP_STEPS] == list(range(WARMUP_STEPS))
+    later = [s for s in measured if s >= WARMUP_STEPS]
+    gaps = {b - a for a, b in itertools.pairwise(later)}
+    # a measured step costs 5 ms; 3 % of each 1 ms step pays for it after about 5 ms / 0.03 ms = 167 steps
+    expected = math.ceil(5e-3 / (0.03 * 1e-3))
+    assert gaps <= {expected - 1, expected} and len(later) > 5
+    bare = (2000 - WARMUP_STEPS) * 1e-3
+    assert len(later) * 5e-3 / bare <= 0.03 + 5e-3 / bare  # within the budget, give or take the step that ends it
+    summary = budget.summary()
+    assert summary["steps"] == 2000 and summary["budget"] == 0.03
+    assert summary["step_cost"] == pytest.approx(5.0)
+    assert summary["cost"] == pytest.approx(len(measured) * 5e-3 / 2000e-3)  # hookscope's time over the bare time
+
+
+def test_a_cheap_measurement_is_made_every_step(clock: FakeClock) -> None:
+    budget = Budget(0.03, every=1)
+    assert simulate(budget, clock, 300, step_time=1e-3, cost=1e-5) == list(range(300))  # 1 % < 3 %
+
+
+def test_every_measures_exactly_every_nth_step_whatever_it_costs(clock: FakeClock) -> None:
+    budget = Budget(None, every=7)
+    assert simulate(budget, clock, 50, step_time=1e-3, cost=1.0) == list(range(0, 50, 7))
+    assert budget.summary()["every"] == 7
+
+
+def test_a_run_of_10000_steps_measures_its_first_and_last_steps(clock: FakeClock) -> None:
+    measured = simulate(Budget(0.03, every=1, max_steps=10_000), clock, 10_000, step_time=1e-3, cost=5e-3)
+    assert measured[0] == 0 and measured[-1] == 9_999 and len(measured) < 100
+
+
+def test_a_step_asked_again_gets_the_same_answer(clock: FakeClock) -> None:
+    budget = Budget(0.03, every=1)
+    simulate(budget, clock, 40, step_time=1e-3, cost=5e-3)
+    first = budget.begin(40)
+    clock.now += 1.0  # much later: the same step (gradient accumulation) is not decided again
+    assert budget.begin(40) is first and budget.steps == 41
+
+
+@pytest.mark.parametrize(("budget", "every", "error"), [(0.0, None, "budget must be"), (1.5, None, "budget must be")])
+def test_bad_budgets_are_refused(budget: float, every: int | None, error: str) -> None:
+    with pytest.raises(ValueError, match=rf"{error} a fraction of the step time in \(0, 1\), such as 0.03"):
+        watch(nn.Linear(2, 2), budget=budget, every=every)
+
+
+def many_small_layers() -> nn.Sequential:
+    """A model whose step is little more than Python per module: measuring it every step costs several times it."""
+    layers: list[nn.Module] = []
+    for _ in range(24):
+        layers += [nn.Linear(4, 4), nn.Tanh()]
+    return nn.Sequential(*layers)
+
+
+@pytest.mark.slow  # about 3 s on the CI machine
+def test_the_budget_is_kept_on_a_model_where_every_step_would_cost_several_times_the_step() -> None:
+    torch.manual_seed(0)
+    model = many_small_layers()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
+    x, steps = torch.randn(2, 4), 3000
+    with watch(model, optimizer, max_steps=steps) as w:
+        for _ in range(steps):
+            optimizer.zero_grad()
+            model(x).square().mean().backward()
+            optimizer.step()
+    results = w.results()
+    measured = results.meta["measured"]
+    assert measured["steps"] == steps and measured["budget"] == 0.03
+    assert measured["step_cost"] > 2.0  # hookscope's own record: every step measured would cost over 3x the step
+    # the cost it records for itself: after the warm-up (measured whatever it costs), what the measured steps took
+    # stays within the budget of the run's time, give or take two steps' worth (the step that overdraws the
+    # budget, a flush of many steps' rows say, and the last step, measured because max_steps names it)
+    after = measured["after_warmup"]
+    total_bare = w.stepper.budget.total - w.stepper.budget.own
+    assert after["seconds"] <= 0.03 * total_bare + 2 * after["largest"]
+    kept = results.steps.tolist()
+    assert kept[0] == 0 and kept[-1] == steps - 1 and len(kept) < steps / 5
+    assert kept[:WARMUP_STEPS] == list(range(WARMUP_STEPS))
+    assert results.meta["recorded_steps"] == measured["recorded"]
+    assert bool(torch.isfinite(results.activations["0"]["mean"]).all())
+
+
+def test_steps_not_measured_are_counted_and_record_nothing() -> None:
+    model = nn.Sequential(nn.Linear(3, 3))
+    with watch(model, every=3) as w:
+        for _ in range(7):
+            model(torch.randn(2, 3)).sum().backward()
+    results = w.results()
+    assert results.steps.tolist() == [0, 3, 6]
+    assert results.meta["measured"]["every"] == 3 and results.meta["measured"]["recorded"] == 3
