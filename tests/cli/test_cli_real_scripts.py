@@ -178,7 +178,7 @@ def test_a_long_run_is_thinned_to_its_capacity_with_the_printed_losses(script_ru
         "loss_in_forward",
         "chdir",
         "long_run",
-        pytest.param("gan", marks=pytest.mark.xfail(strict=True, reason=STEP_RULE)),
+        "gan",  # the discriminator's unfinished last step has no loss: unknown, not non-finite
         "accumulate",
     ],
 )
