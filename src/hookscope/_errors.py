@@ -60,9 +60,15 @@ def closest_names(name: str, candidates: Iterable[str], n: int = 5) -> list[str]
 
 def unknown_name(argument: str, name: str, candidates: Iterable[str], what: str = "module path") -> str:
     """Build the message for an unknown name: the argument, the value, the closest names and the fix."""
-    pool = list(candidates)
+    pool = [c for c in candidates if c]
     close = closest_names(name, pool)
-    hint = f" Closest {what}s: {', '.join(repr(c) for c in close)}." if close else ""
+    if close:
+        hint = f" Closest {what}s: {', '.join(repr(c) for c in close)}."
+    elif pool:  # nothing close (a glob on other names, short names): show where the names start
+        more = f" (first 5 of {len(pool)})" if len(pool) > 5 else ""
+        hint = f" The {what}s are {', '.join(repr(c) for c in pool[:5])}{more}."
+    else:
+        hint = ""
     return (
         f"{argument} must name an existing {what}, got {name!r}.{hint}"
         f" List them with [path for path, _ in hookscope.hooks.named_modules(model)]."

@@ -11,6 +11,7 @@ shortened: results, saved data and findings keep the full names. `terminal_width
 
 from __future__ import annotations
 
+import re
 import shutil
 import textwrap
 import unicodedata
@@ -19,7 +20,7 @@ from ._check import checked
 
 __all__ = [
     "ELLIPSIS", "ROOT", "display_name", "neutralize", "quoted", "shorten_end", "shorten_middle", "shorten_path",
-    "terminal_width", "wrap",
+    "strip_terminal_codes", "terminal_width", "wrap",
 ]  # fmt: skip
 
 ELLIPSIS = "…"
@@ -27,6 +28,20 @@ ROOT = "(root)"
 """How the root module (path `""`) is shown."""
 _DEFAULT_WIDTH = 100
 _BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+_TERMINAL_CODE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+
+
+def strip_terminal_codes(text: str) -> str:
+    """Return `text` without terminal escape sequences (colours, cursor moves, titles), as a terminal shows it.
+
+    Error messages that libraries colour for the terminal (`\x1b[31m...\x1b[0m`) read as plain text elsewhere.
+
+    >>> strip_terminal_codes("\x1b[1;31mValueError\x1b[0m: bad")
+    'ValueError: bad'
+    """
+    return _TERMINAL_CODE.sub("", text)
 
 
 @checked()

@@ -17,15 +17,18 @@ from hookscope.watch import WatchResults
 def test_demo_trains_prints_and_writes_the_report(tmp_path: Path, hookscope: Callable[..., object]) -> None:
     done = hookscope("demo", "--epochs", "1", "--out", str(tmp_path / "report"))
     assert done.code == 0, done.err
-    assert "Total params: 38,282" in done.out  # 160 + 4640 + 32832 + 650, by hand
+    assert "Total params: 38,410" in done.out  # 160 + 4640 + 32832 + 128 (the hidden layer's norm) + 650, by hand
     accuracy = float(re.search(r"held-out accuracy: ([\d.]+)%", done.out).group(1))
     assert accuracy > 60.0
     assert "hookscope doctor:" in done.out and "features.conv1" in done.out
     document = json.loads((tmp_path / "report" / "report.json").read_text())
     assert document["meta"]["accuracy"] == pytest.approx(accuracy / 100, abs=5e-4)
-    assert document["summary"]["totals"]["total_params"] == 38_282
+    assert document["summary"]["totals"]["total_params"] == 38_410
     results = WatchResults.load(tmp_path / "report" / "results.safetensors")
     assert results.num_steps == 45 and results.losses is not None  # ceil(1438 / 32) batches in one epoch
+    assert document["findings"] == []  # the healthy demo: no warning
+    activity = results.unit_activity["classifier.act3"]  # share of (image, step) where each hidden unit was > 0
+    assert int((activity < 0.01).sum()) == 0  # without the norm: 24-32 of 64 below 1% after one epoch (seeds 0-2)
     assert (tmp_path / "report" / "report.html").stat().st_size > 10_000
 
 

@@ -145,5 +145,6 @@ def test_a_select_that_matches_nothing_is_noted_and_the_script_still_runs(
     done = hookscope("run", "--select", "nope.*", "--out", str(tmp_path / "out"), str(training_script(steps=3)))
     assert done.code == 0
     assert "hookscope: could not watch Sequential: select must name an existing module path" in done.err
+    assert "got 'nope.*'. The module paths are '0', '1', '2'." in done.err  # nothing close: where they start
     _, document = read(tmp_path / "out")
     assert document["meta"]["notes"].startswith("could not watch Sequential")

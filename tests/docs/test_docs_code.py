@@ -129,3 +129,16 @@ def test_every_page_is_in_the_navigation() -> None:
 def test_each_area_has_a_guide_with_running_code(guide: str) -> None:
     page = DOCS / "guides" / f"{guide}.md"
     assert any(block.lang == "python" and block.skip is None for block in blocks(page)), page
+
+
+README = ROOT / "README.md"
+
+
+@pytest.mark.parametrize(
+    "block", [b for b in blocks(README) if b.lang == "python" and b.skip is None], ids=lambda b: f"README.md:{b.line}"
+)
+def test_every_python_block_of_the_readme_runs_on_its_own(
+    block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # each block as a reader pastes it into a fresh session
+    run_block(block, {"__name__": "__main__"})

@@ -73,13 +73,64 @@ def ratios(**values: list[float]) -> dict[str, torch.Tensor]:
 
 
 def test_learning_rate_reads_weights_only_and_skips_frozen_tensors_and_skipped_steps() -> None:
-    update = ratios(**{"a.weight": [0.2, 1e-3], "a.bias": [1.0, 1.0], "b.weight": [0.3, 1e-3], "c.weight": [0.0, 0.0]})
-    (found,) = only(diagnose(results_with(2, update_ratios=update)), "lr_too_high")
+    update = ratios(
+        **{"a.weight": [0.2, 0.3, 1e-3], "a.bias": [1.0] * 3, "b.weight": [0.3, 0.4, 1e-3], "c.weight": [0.0] * 3}
+    )
+    (found,) = only(diagnose(results_with(3, update_ratios=update)), "lr_too_high")
     assert found.step == 0 and found.evidence["weights"] == 2 and found.evidence["max_parameter"] == "b.weight"
+    assert (found.evidence["median_ratio"], found.evidence["max_ratio"]) == pytest.approx((0.2, 0.3))  # 3-step medians
     low = ratios(**{"a.weight": [1e-7, 0.0, 1e-7, 1e-7], "b.weight": [1e-7] * 4, "c.weight": [1e-3] * 4})
     (found,) = only(diagnose(results_with(4, update_ratios=low)), "lr_too_low")
     assert found.evidence["fraction"] == pytest.approx(2 / 3)
     assert only(diagnose(results_with(4, update_ratios=low), lr_layer_fraction=0.9), "lr_too_low") == []
+
+
+def test_one_big_step_is_not_a_learning_rate_too_high() -> None:
+    spike = ratios(**{"a.weight": [0.5, 1e-3, 1e-3, 1e-3, 1e-3], "b.weight": [0.5, 1e-3, 1e-3, 1e-3, 1e-3]})
+    assert only(diagnose(results_with(5, update_ratios=spike)), "lr_too_high") == []
+    twice = ratios(**{"a.weight": [1e-3, 0.5, 0.5, 1e-3, 1e-3], "b.weight": [1e-3, 0.5, 0.5, 1e-3, 1e-3]})
+    (found,) = only(diagnose(results_with(5, update_ratios=twice)), "lr_too_high")
+    assert found.step == 0 and found.evidence["median_ratio"] == pytest.approx(0.5)  # steps 0-2: median 0.5
+
+
+def test_one_big_output_layer_of_two_weight_tensors_is_not_most_of_them() -> None:
+    # pytorch/examples' reinforce.py (Adam lr 1e-2; CartPole's physics written out instead of gymnasium), as
+    # `hookscope run` recorded its first steps: the 2x128 output layer moves by ~0.1 of its norm, the 128x4 input
+    # layer by ~0.02; the policy learns (episodes of 499 steps by episode 350)
+    reinforce = {"affine1.weight": [0.0288, 0.0186, 0.0190, 0.0157], "affine2.weight": [0.1642, 0.1071, 0.0978, 0.0788]}
+    assert only(diagnose(results_with(4, update_ratios=ratios(**reinforce))), "lr_too_high") == []
+    three = {**reinforce, "affine3.weight": [0.2, 0.3, 0.2, 0.2]}  # two of three: most of them
+    (found,) = only(diagnose(results_with(4, update_ratios=ratios(**three))), "lr_too_high")
+    assert found.evidence["fraction"] == pytest.approx(2 / 3) and found.evidence["median_ratio"] >= 0.1
+
+
+# shaped like pytorch/examples' time_sequence_prediction under LBFGS (issue 27: 0.52 -> 0.0036 -> 0.0011)
+LBFGS_LOSSES = [0.52, 0.0086, 0.0036, 0.0021, 0.0017, 0.0015, 0.0014, 0.0013, 0.0012, 0.0011]
+
+
+@pytest.mark.parametrize(
+    ("losses", "reported"),
+    [
+        (LBFGS_LOSSES, False),  # falls steadily: big steps that work
+        ([2.3, 2.2, 2.4, 2.3, 2.5, 2.3, 2.4, 2.2, 2.3, 2.4], True),  # stalled
+        ([2.3, 1.5, 1.0, 0.8, 9.0, 30.0, 0.7, 0.5, 0.4, 0.3], True),  # falls overall, but diverges on the way
+        ([2.35, 23.6, 15.7, 8.5, 5.2, 7.8, 3.4, 1.3, 0.9, 1.1], True),  # the demo's high-lr: jumps, then falls back
+        ([-0.2, -0.5, -0.9, -1.0, -1.2, -1.5, -1.5, -1.8, -2.0, -2.2], True),  # a signed loss: nothing to read
+        ([2.3, 1.0, 0.5] + [float("nan")] * 7, True),  # mostly unknown
+        (None, True),  # no loss logged: the ratios alone
+    ],
+    ids=["lbfgs-falls", "stalled", "spike", "jump-at-once", "signed", "unknown", "no-loss"],
+)
+def test_big_steps_while_the_loss_falls_steadily_are_not_a_learning_rate_too_high(
+    losses: list[float] | None, reported: bool
+) -> None:
+    update = ratios(**{"0.weight": [0.4] * 10, "1.weight": [0.3] * 10})
+    results = results_with(10, update_ratios=update, losses=None if losses is None else series(*losses))
+    assert bool(only(diagnose(results), "lr_too_high")) is reported
+    # the oracle of "falls steadily", by hand: last 3-step median <= half the first, none above the first loss
+    if losses is not None and reported is False:
+        first, last = sorted(losses[:3])[1], sorted(losses[-3:])[1]
+        assert last <= 0.5 * first and all(sorted(losses[i : i + 3])[1] <= losses[0] for i in range(8))
 
 
 def test_saturation_of_the_output_layer_after_training_is_confidence_not_a_fault() -> None:

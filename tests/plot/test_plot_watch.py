@@ -207,3 +207,19 @@ def test_no_panel_of_a_layer_figure_is_blank(results: WatchResults) -> None:
     assert [t.get_text() for t in ratios.texts if "log scale" in t.get_text()] == [
         "no value > 0 to draw on a log scale"
     ]
+
+
+def test_a_crowded_panel_names_its_first_last_highest_and_lowest_series() -> None:
+    # nanoGPT's overview: 18-29 lines per panel, which a legend of all of them would bury
+    layers = {f"h.{i}.mlp": "Linear" for i in range(20)}
+    finals = [5.0, 3.0, 9.0, 1.0] + [2.0 + 0.01 * i for i in range(16)]  # h.2 ends highest, h.3 lowest
+    results = WatchResults(steps=torch.arange(3), layers=layers)
+    for path, final in zip(layers, finals, strict=True):
+        results.output_grads[path] = {"norm": torch.tensor([1.0, 2.0, final])}
+    figure = plot_gradient_flow(results)
+    ax = figure.axes[0]
+    labels = [text.get_text() for text in ax.get_legend().get_texts()]
+    assert labels == ["h.0.mlp (first)", "h.19.mlp (last)", "h.2.mlp (highest)", "h.3.mlp (lowest)"]
+    assert len(ax.get_lines()) == 20  # every series is still drawn
+    widths = {line.get_label(): line.get_linewidth() for line in ax.get_lines()}
+    assert {name for name, width in widths.items() if width > 2} == {"h.0.mlp", "h.19.mlp", "h.2.mlp", "h.3.mlp"}

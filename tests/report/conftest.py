@@ -103,17 +103,21 @@ class Browser:
                 return result
             self.events.append(reply)
 
-    def wait_for(self, method: str, timeout: float = 30.0) -> dict[str, Any]:
-        """Return the first event named `method`, waiting for it when it has not come yet."""
+    def wait_for(self, method: str, timeout: float = 30.0, session: str | None = None) -> dict[str, Any]:
+        """Return the first event named `method` (of page `session`, when given), waiting for it if need be."""
+
+        def matches(event: dict[str, Any]) -> bool:
+            return event.get("method") == method and (session is None or event.get("sessionId") == session)
+
         for event in self.events:
-            if event.get("method") == method:
+            if matches(event):
                 return event
         while True:
             event = self._messages.get(timeout=timeout)
             if event is None:
                 raise RuntimeError(f"chromium closed the DevTools pipe while waiting for {method}")
             self.events.append(event)
-            if event.get("method") == method:
+            if matches(event):
                 return event
 
     def open(self, url: str) -> str:
@@ -126,7 +130,7 @@ class Browser:
             "Emulation.setDeviceMetricsOverride", session, width=1280, height=900, deviceScaleFactor=1, mobile=False
         )
         self.send("Page.navigate", session, url=url)
-        self.wait_for("Page.loadEventFired")
+        self.wait_for("Page.loadEventFired", session=session)  # this page's: an earlier page's came already
         return session
 
     def evaluate(self, session: str, expression: str) -> Any:

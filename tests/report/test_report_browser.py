@@ -146,3 +146,39 @@ def test_real_model_reports_render_in_chromium_with_no_empty_plot(
         assert loaded and not blank(base64.b64decode(shot["data"])), alt
     assert browser.evaluate(session, "document.querySelectorAll('.finding').length") == 0  # healthy: no findings
     assert browser.problems() == []
+
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "cli" / "scripts"
+
+
+@pytest.mark.slow  # two `hookscope run`s (a GAN, a Hugging Face GPT-2), then every page in Chromium
+def test_the_reports_of_a_gan_and_a_hugging_face_run_render_in_chromium(
+    tmp_path: Path, browser: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from hookscope.cli import main
+
+    pages = []
+    for script in ("dcgan.py", "hf_gpt2.py"):
+        assert main(["run", "--out", str(tmp_path / script), str(SCRIPTS / script)]) == 0, capsys.readouterr().err
+        pages.append(tmp_path / script / "report.html")
+    pages += [
+        tmp_path / "dcgan.py" / "1-Discriminator" / "report.html",
+        tmp_path / "dcgan.py" / "2-Generator" / "report.html",
+    ]
+    index = browser.open(pages[0].resolve().as_uri())  # the GAN's index: one section per model, with its findings
+    assert browser.evaluate(index, "[...document.querySelectorAll('section.model h2 a')].map(a => a.textContent)") == [
+        "Discriminator",
+        "Generator",
+    ]
+    for page in pages[1:]:
+        session = browser.open(page.resolve().as_uri())
+        loaded = browser.evaluate(session, "[...document.images].map(i => i.complete && i.naturalWidth > 100)")
+        assert loaded and all(loaded), page
+        width, height = browser.evaluate(session, "[document.body.scrollWidth, document.body.scrollHeight]")
+        clip = {"x": 0, "y": 0, "width": width, "height": height, "scale": 1}  # a page opened after the first has
+        shot = browser.send("Page.captureScreenshot", session, format="png", clip=clip, captureBeyondViewport=True)
+        png = base64.b64decode(shot["data"])  # no viewport of its own: the clip gives the size
+        (tmp_path / f"{page.parent.name}.png").write_bytes(png)
+        assert png.startswith(b"\x89PNG") and not blank(png), page
+        print(f"screenshot: {tmp_path / f'{page.parent.name}.png'}")
+    assert browser.problems() == []

@@ -98,7 +98,8 @@ def _folder_order(sub: Path) -> tuple[int, str]:
 
 def run_run_command(args: argparse.Namespace) -> int:
     """`hookscope run script.py ...`: run the script watched, write the report however it ends."""
-    from ._report import write_run_reports
+    from ._progress import StatusLine, is_terminal
+    from ._report import shown_path, write_run_reports
     from ._script import run_script
     from ._session import RunSession
 
@@ -106,12 +107,21 @@ def run_run_command(args: argparse.Namespace) -> int:
     if not script.is_file():
         raise UsageError(f"script.py must be an existing file, got {args.script!r}")
     _check_out(args.out)
-    session = RunSession(every=args.every, select=args.select)
+    out = Path(args.out).absolute()  # now: the script may change the working directory
+    status = StatusLine(sys.stderr) if is_terminal(sys.stdout, sys.stderr) else None
+    progress = status.update if status is not None else None
+    session = RunSession(
+        every=args.every, select=args.select, capacity=args.capacity, exact=args.exact, progress=progress
+    )
     started = time.time()
     session.install()
+    if status is not None:
+        status.start()
     try:
         end = run_script(script, list(args.script_args))
     finally:
+        if status is not None:
+            status.stop()
         session.remove()
     if end.status != "completed":
         print(
@@ -124,11 +134,11 @@ def run_run_command(args: argparse.Namespace) -> int:
         meta["error"] = end.error
     meta["seconds"] = round(time.time() - started, 2)
     try:
-        page = write_run_reports(Path(args.out), session, meta)
+        page = write_run_reports(out, session, meta)
     except MissingExtraError as err:  # the data is saved; the script's own failure outranks the missing page
         print(f"hookscope: error: {err}", file=sys.stderr)
         return end.exit_code or EXIT_MISSING_EXTRA
-    print(f"hookscope: report written to {page}", file=sys.stderr)
+    print(f"hookscope: report written to {shown_path(page)}", file=sys.stderr)
     return end.exit_code
 
 

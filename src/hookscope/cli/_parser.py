@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 
 from .._version import __version__
 from ..demo import FAULTS
+from ..stats import SMALL_BELOW
+from ..watch import watch
 
 __all__ = ["build_parser"]
 
 DEFAULT_OUT = "hookscope-report"
+DEFAULT_CAPACITY: int | None = inspect.signature(watch).parameters["capacity"].default
+"""`watch()`'s own default, read from its signature (one home for the number)."""
 
 
 def _positive(text: str) -> int:
@@ -30,6 +35,15 @@ def _natural(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be a non-negative int, got {text!r}")
     return value
+
+
+def _capacity(text: str) -> int | None:
+    if text.strip().lower() == "all":
+        return None
+    try:
+        return _positive(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"must be a positive int or 'all', got {text!r}") from None
 
 
 def _common() -> argparse.ArgumentParser:
@@ -94,13 +108,29 @@ def build_parser() -> argparse.ArgumentParser:
         "run",
         parents=[common],
         help="run an unmodified training script with hookscope watching every model it trains",
-        description="Run script.py (like python -m cProfile) with hookscope watching each model trained with a "
-        "torch.optim optimizer, through PyTorch's global module and optimizer hooks. The report is written when "
-        "the script ends, also when it raises or is interrupted; the exit code is the script's.",
+        description="Run script.py (like python -m cProfile) with hookscope watching each model it trains, "
+        "through PyTorch's global module and optimizer hooks: a model is watched when a training-mode forward "
+        "with gradients is followed by a backward that reaches it, whether a torch.optim optimizer or "
+        "hand-written updates (p.data -= lr * p.grad) change it. The report is written when the script ends, "
+        "also when it raises or is interrupted; the exit code is the script's. On a terminal one status line "
+        "(steps, last loss, findings so far) updates in place.",
     )
     run.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help=f"report folder (default: {DEFAULT_OUT})")
     run.add_argument("--every", type=_positive, default=1, metavar="N", help="record one step in N (default: 1)")
     run.add_argument("--select", metavar="GLOB", help="module paths to watch, e.g. 'encoder.**' (default: layers)")
+    run.add_argument(
+        "--capacity",
+        type=_capacity,
+        default=DEFAULT_CAPACITY,
+        metavar="N",
+        help=f"most recorded steps kept; longer runs are thinned (default: {DEFAULT_CAPACITY}; 'all' keeps every step)",
+    )
+    run.add_argument(
+        "--exact",
+        action="store_true",
+        help=f"describe every value of large outputs (default: statistics of outputs of {SMALL_BELOW} values or "
+        "more are estimated from a sample); slower",
+    )
     run.add_argument("script", metavar="script.py", help="the training script")
     run.add_argument("script_args", nargs=argparse.REMAINDER, metavar="...", help="its arguments")
     run.set_defaults(handler=run_run_command)

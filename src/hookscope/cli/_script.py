@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import runpy
 import sys
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+
+from .._text import strip_terminal_codes
 
 __all__ = ["ScriptEnd", "run_script"]
 
@@ -23,14 +27,17 @@ class ScriptEnd:
 def run_script(script: Path, args: list[str]) -> ScriptEnd:
     """Run `script` as `__main__` with `sys.argv = [script, *args]` and its folder first on `sys.path`.
 
-    The script's exception is printed as Python prints it (from the script's own frames on), and its exit code
-    is the one Python would give: 0, its `sys.exit` code, 1 for an exception, 130 for Ctrl-C.
+    As `python script.py` does (3.9+), the script's `__file__` (and so its tracebacks) is the absolute path, made
+    from the working directory at the start, so a script that changes directory still finds the files beside it.
+    The working directory is restored when the script ends (in this process, what comes after runs where the
+    command was started). The script's exception is printed as Python prints it (from the script's own frames
+    on), and its exit code is the one Python would give: 0, its `sys.exit` code, 1 for an exception, 130 for Ctrl-C.
     """
-    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    saved_argv, saved_path, saved_cwd = sys.argv[:], sys.path[:], os.getcwd()
     sys.argv = [str(script), *args]
     sys.path.insert(0, str(script.resolve().parent))
     try:
-        runpy.run_path(str(script), run_name="__main__")
+        runpy.run_path(os.path.abspath(script), run_name="__main__")
         return ScriptEnd("completed", 0)
     except SystemExit as stop:
         return _exit(stop.code)
@@ -39,10 +46,17 @@ def run_script(script: Path, args: list[str]) -> ScriptEnd:
         return ScriptEnd("interrupted", 130, "KeyboardInterrupt")
     except Exception as err:
         _print_script_traceback(err, script)
-        return ScriptEnd("raised", 1, f"{type(err).__name__}: {err}")
+        return ScriptEnd("raised", 1, strip_terminal_codes(f"{type(err).__name__}: {err}"))
     finally:
         sys.argv = saved_argv
         sys.path[:] = saved_path
+        _return_to(saved_cwd)
+
+
+def _return_to(folder: str) -> None:
+    """Go back to `folder` (the script may have removed it: then stay where the script left us)."""
+    with contextlib.suppress(OSError):
+        os.chdir(folder)
 
 
 def _exit(code: object) -> ScriptEnd:

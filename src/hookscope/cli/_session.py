@@ -9,13 +9,15 @@ Models never updated by an optimizer (a hand-written `p.data -= lr * p.grad`) st
 forward and its backward. Models that no backward ever reached are left out of the report, with a note.
 
 Losses: while `hookscope run` runs, `torch.autograd.backward` (what `loss.backward()` calls) is wrapped, so the
-loss is the tensor whose backward was called (a loss module, `F.cross_entropy`, any expression). It goes to the
-models whose outputs that backward reached, and is logged to a model when the model's optimizer steps: the sum of
-the losses backwarded into it since its previous step (a loss belongs to the first step that uses it: the
-generator's loss of a GAN also reaches the discriminator, but the generator's optimizer uses it first). With a
-closure, the step's loss is the closure's first one (what `step(closure)` returns). Without an optimizer, each
-backward's loss is logged at once. Nothing here may break the script: a failure inside these hooks is kept as a
-note for the report and printed once (raised when `HOOKSCOPE_STRICT=1`).
+loss is the tensor whose backward was called (a loss module, `F.cross_entropy`, any expression, or the model's own
+output when its forward computes the loss, as Hugging Face models do with `labels=`). It goes to the models whose
+outputs that backward reached, and is logged to a model when the model's optimizer steps: the sum of the losses
+backwarded into it since its previous step, also for the step that never came when a script ends
+mid-accumulation (a loss belongs to the first step that uses it: the generator's loss of a GAN also reaches the
+discriminator, but the generator's optimizer uses it first). With a closure, the step's loss is the closure's
+first one (what `step(closure)` returns). Without an optimizer, each backward's loss is logged at once. Nothing
+here may break the script: a failure inside these hooks is kept as a note for the report and printed once (raised
+when `HOOKSCOPE_STRICT=1`).
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ class WatchedModel:
     optimizer: weakref.ref[torch.optim.Optimizer] | None = None
     reached: bool = False  # a backward reached the model
     pending: list[_Loss] = field(default_factory=list)  # losses backwarded into it since its last step
+    steps: int = 0  # its training steps so far (optimizer steps, or forwards with their backward without one)
+    last_loss: torch.Tensor | None = None  # the loss logged at its last step (detached, on its device)
 
 
 @dataclass(eq=False)
@@ -75,9 +79,19 @@ class _Loss:
 class RunSession:
     """Watch every model a script trains; `install()` the hooks and the backward wrapper, `remove()` them after."""
 
-    def __init__(self, every: int = 1, select: str | None = None) -> None:
+    def __init__(
+        self,
+        every: int = 1,
+        select: str | None = None,
+        capacity: int | None = 1024,
+        exact: bool = False,
+        progress: Callable[[list[WatchedModel]], None] | None = None,
+    ) -> None:
         self.every = every
         self.select = select
+        self.capacity = capacity
+        self.exact = exact
+        self._progress = progress  # progress(watched models) after each step
         self.watched: list[WatchedModel] = []
         self.notes: list[str] = []
         self._roots: dict[int, WatchedModel] = {}
@@ -86,6 +100,7 @@ class RunSession:
         self._local = threading.local()  # per thread: the depth of nested forwards
         self._lock = threading.RLock()
         self._backwards: dict[int, _Loss] = {}  # graph task id -> the loss being backwarded
+        self._early: dict[int, list[WatchedModel]] = {}  # graph task id -> models reached before its loss was known
         self._original_backward: Callable[..., Any] | None = None
         self._original_init: Callable[..., Any] | None = None
         self._optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()  # made by the script
@@ -150,6 +165,10 @@ class RunSession:
             self._handles.pop().remove()
         for entry in self.watched:
             try:
+                if entry.pending:  # backwarded into a step that never came (a run ended mid-accumulation)
+                    values = [loss.value for loss in entry.pending]
+                    self._log_loss(entry, sum(values[1:], values[0]))
+                    entry.pending = []
                 entry.watcher.detach()
             except Exception as err:
                 self._note(f"stopping the watch on {entry.name} failed: {err}")
@@ -217,8 +236,11 @@ class RunSession:
 
     def _reached(self, entry: WatchedModel) -> Callable[[Any], None]:
         def hook(grad: Any) -> None:  # a backward reached the model's output: which loss?
-            loss = self._backwards.get(graph_task_id())
-            if loss is not None and entry not in loss.reached:
+            task = graph_task_id()
+            loss = self._backwards.get(task)
+            if loss is None:  # the output is the loss itself (computed in forward): its hook runs before `started`
+                self._early.setdefault(task, []).append(entry)
+            elif entry not in loss.reached:
                 loss.reached.append(entry)
 
         return hook
@@ -227,7 +249,9 @@ class RunSession:
         """Watch `module` from this forward on; its own pre-hooks are replayed for this call, which began already."""
         before = {key for key, _, _ in forward_pre_hooks(module)}
         optimizer = self._optimizer_of(module)
-        watcher = watch(module, optimizer, every=self.every, select=self.select)
+        watcher = watch(
+            module, optimizer, every=self.every, select=self.select, capacity=self.capacity, exact=self.exact
+        )
         watcher.attach()
         for key, hook, with_kwargs in forward_pre_hooks(module):
             if key not in before and not with_kwargs:
@@ -260,7 +284,11 @@ class RunSession:
         loss = _Loss(sum((t.detach().float().sum() for t in roots), torch.zeros((), device=roots[0].device)))
 
         def started(grads: Any) -> None:
-            self._backwards[graph_task_id()] = loss
+            task = graph_task_id()
+            self._backwards[task] = loss
+            for entry in self._early.pop(task, []):
+                if entry not in loss.reached:
+                    loss.reached.append(entry)
 
         node = roots[0].grad_fn
         if node is not None:
@@ -271,6 +299,7 @@ class RunSession:
         """Drop the graph tasks of `loss`'s backward (it ended)."""
         for task in [task for task, value in self._backwards.items() if value is loss]:
             self._backwards.pop(task, None)
+        self._early.clear()  # reached by a backward whose loss was never known (not a wrapped backward)
 
     def _after_backward(self, loss: _Loss) -> None:
         with self._lock:
@@ -278,9 +307,19 @@ class RunSession:
             for entry in loss.reached:
                 entry.reached = True
                 if entry.optimizer is None:
-                    entry.watcher.log_loss(loss.value)
+                    self._log_loss(entry, loss.value)
+                    self._stepped(entry)
                 else:
                     entry.pending.append(loss)
+
+    def _log_loss(self, entry: WatchedModel, value: torch.Tensor) -> None:
+        entry.watcher.log_loss(value)
+        entry.last_loss = value
+
+    def _stepped(self, entry: WatchedModel) -> None:
+        entry.steps += 1
+        if self._progress is not None:
+            self._progress(self.watched)
 
     # ---- optimizer steps -------------------------------------------------------------------------------------
     def _step_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
@@ -290,7 +329,7 @@ class RunSession:
             for entry in entries:
                 if entry.pending:
                     values = [loss.value for loss in entry.pending]
-                    entry.watcher.log_loss(sum(values[1:], values[0]))
+                    self._log_loss(entry, sum(values[1:], values[0]))
                     self._consume(entry.pending)
 
     def _step_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
@@ -299,8 +338,9 @@ class RunSession:
             entries = self._bind(optimizer, after_step=True)
             for entry in entries:
                 if entry.pending:  # backwarded inside the step: a closure; its first loss is the step's
-                    entry.watcher.log_loss(entry.pending[0].value)
+                    self._log_loss(entry, entry.pending[0].value)
                     self._consume(entry.pending)
+                self._stepped(entry)
 
     def _consume(self, losses: list[_Loss]) -> None:
         """A loss belongs to the first step that uses it: take `losses` out of every model's pending list."""

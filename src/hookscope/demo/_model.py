@@ -21,7 +21,13 @@ class UnsafeSqrt(nn.Module):
 
 
 class DigitsCNN(nn.Module):
-    """Two 3x3 convolutions (16, 32 channels) with ReLU and a 2x2 max-pool, then a 64-unit hidden layer.
+    """Two 3x3 convolutions (16, 32 channels) with ReLU and a 2x2 max-pool, then a 64-unit hidden layer,
+    batch-normalized before its ReLU.
+
+    Why the normalization: the hidden layer's inputs come out of a ReLU and a max-pool, so they are all >= 0, and
+    a unit whose weights sum below zero starts (and stays) off. Without it, 16 of the 64 hidden units are off on
+    every training image at the first step and 24-32 (seed 0-2) are dead after one epoch, which the doctor rightly
+    reports (`dead_units`); centred by `BatchNorm1d`, none is, and the accuracy rises (96-99% -> 99%).
 
     Shape:
         input (B, 1, 8, 8) -> output (B, 10) logits.
@@ -39,7 +45,13 @@ class DigitsCNN(nn.Module):
             )
         )
         self.classifier = nn.Sequential(
-            OrderedDict(flatten=nn.Flatten(), fc1=nn.Linear(32 * 4 * 4, 64), act3=nn.ReLU(), fc2=nn.Linear(64, 10))
+            OrderedDict(
+                flatten=nn.Flatten(),
+                fc1=nn.Linear(32 * 4 * 4, 64),
+                norm=nn.BatchNorm1d(64),
+                act3=nn.ReLU(),
+                fc2=nn.Linear(64, 10),
+            )
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -51,6 +63,13 @@ class DigitsCNN(nn.Module):
         layer = self.get_submodule("classifier.fc1")
         if not isinstance(layer, nn.Linear):
             raise TypeError(f"classifier.fc1 must be an nn.Linear, got {type(layer).__name__}")
+        return layer
+
+    def hidden_norm(self) -> nn.BatchNorm1d:
+        """Return the normalization of the hidden layer, `classifier.norm` (what feeds its ReLU)."""
+        layer = self.get_submodule("classifier.norm")
+        if not isinstance(layer, nn.BatchNorm1d):
+            raise TypeError(f"classifier.norm must be an nn.BatchNorm1d, got {type(layer).__name__}")
         return layer
 
 
@@ -65,8 +84,8 @@ class Fault:
 
 
 def _dead_relu(model: DigitsCNN) -> None:
-    with torch.no_grad():  # three quarters of the hidden units start (and stay) below zero
-        model.hidden().bias[:48] = -20.0
+    with torch.no_grad():  # three quarters of the hidden units start (and stay) below zero: the bias that feeds
+        model.hidden_norm().bias[:48] = -20.0  # the ReLU is the normalization's (fc1's would be normalized away)
 
 
 def _constant_init(model: DigitsCNN) -> None:

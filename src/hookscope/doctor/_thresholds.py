@@ -41,13 +41,17 @@ class Thresholds:
             what convergence looks like.
         stalled_loss_fraction: the loss counts as stalled while it is above this fraction of its median over
             the first `window` recorded steps.
-        lr_high_ratio: update-to-weight ratio `||dW|| / ||W||` at or above which one optimizer step is too big
-            (a tenth of the weight rewritten per step; the usual guide is ~1e-3, this is two decades above).
+        lr_high_ratio: update-to-weight ratio `||dW|| / ||W||` at or above which optimizer steps are too big
+            (a tenth of the weight rewritten per step; the usual guide is ~1e-3, this is two decades above), as a
+            median over `window` recorded steps, and only while the loss does not fall steadily (big steps that
+            keep lowering the loss, as LBFGS's, work; see `hookscope.doctor._learning_rate.loss_falls`).
         lr_low_ratio: median update-to-weight ratio at or below which the steps are too small to learn (two
             decades below ~1e-3). Adam moves each weight by about `lr`, so this flags Adam only below ~1e-6.
-        lr_layer_fraction: the share of weight tensors (biases and never-updated tensors left out) that must
-            be past `lr_high_ratio` at one recorded step, or past `lr_low_ratio` as a median, for the learning
-            rate (global) to be blamed.
+        lr_layer_fraction: the learning rate (global) is blamed when more than this share of the weight
+            tensors (biases and never-updated tensors left out; all of them for 1) are past `lr_high_ratio` or
+            `lr_low_ratio`. More than half by default: with two weight tensors, both (Adam moves a small output
+            layer by a large share of its norm while the other layers move little, as in REINFORCE on CartPole),
+            and the median the finding quotes is then past the threshold too.
         dead_unit_activity: a unit of a ReLU-family layer active (> 0) less than this fraction of the time over
             all recorded steps counts as dead (it passes almost no gradient); the unit-activity plot counts the
             same way (`hookscope.results._activity`).

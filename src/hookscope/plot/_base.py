@@ -20,6 +20,7 @@ __all__ = [
     "as_array",
     "axes_or_new",
     "draw_lines",
+    "extremes",
     "few_ticks",
     "label",
     "near_zero_caption",
@@ -147,9 +148,12 @@ def draw_lines(
     else:  # many: dark to light in model order
         colours = colormaps["viridis"](np.linspace(0.0, 0.9, len(series)))
     drawn = {name: np.where(values > 0, values, np.nan) if log else values for name, values in series.items()}
+    lines = {}
     for (name, shown), colour in zip(drawn.items(), colours, strict=False):
         marker = "." if np.count_nonzero(np.isfinite(shown)) < 40 else None  # lone points stay visible
-        ax.plot(x[: len(shown)], shown, label=label(name), color=colour, linewidth=1.2, marker=marker, markersize=4)
+        (lines[name],) = ax.plot(
+            x[: len(shown)], shown, label=label(name), color=colour, linewidth=1.2, marker=marker, markersize=4
+        )
     finite = np.concatenate([v[np.isfinite(v)] for v in drawn.values()]) if drawn else np.zeros(0)
     few_ticks(ax)
     if log and finite.size:
@@ -165,7 +169,29 @@ def draw_lines(
     if series and len(series) <= MAX_LEGEND:
         ax.legend(fontsize="x-small", loc="best", framealpha=0.6)
     elif series:
+        named = extremes(drawn)
+        handles = [lines[name] for name in named.values()]
+        for handle in handles:
+            handle.set_linewidth(2.2)
+        labels = [f"{label(name, LABEL_WIDTH // 2)} ({role})" for role, name in named.items()]
+        ax.legend(handles, labels, fontsize="x-small", loc="best", framealpha=0.6)
         ax.text(0.01, 0.99, f"{len(series)} series, dark = first", va="top", fontsize="small", transform=ax.transAxes)
+
+
+def extremes(series: dict[str, np.ndarray[Any, Any]]) -> dict[str, str]:
+    """The series a crowded panel names: the first and last (in the given order), and the highest and lowest at
+    their last finite value, by role (a series already named keeps its first role)."""
+    names = list(series)
+    last = {name: values[np.isfinite(values)][-1] for name, values in series.items() if np.isfinite(values).any()}
+    roles = {"first": names[0], "last": names[-1]}
+    if last:
+        roles["highest"] = max(last, key=lambda name: last[name])
+        roles["lowest"] = min(last, key=lambda name: last[name])
+    chosen: dict[str, str] = {}
+    for role, name in roles.items():
+        if name not in chosen.values():
+            chosen[role] = name
+    return chosen
 
 
 NO_FINITE = "no finite values: NaN/Inf, or never observed"

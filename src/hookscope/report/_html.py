@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .._html import table
-from .._text import display_name
+from .._text import display_name, strip_terminal_codes
 from ..stats import SMALL_BELOW
 from ._data import DOCUMENT_FILE, RESULTS_FILE, WEIGHTS_FILE, ReportData
 from ._escape import text
@@ -18,7 +18,7 @@ from ._escape import text
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["CSP", "MAX_LAYERS", "NAME_WIDTH", "figure_img", "render_page"]
+__all__ = ["CSP", "INDEX_TITLE", "MAX_LAYERS", "NAME_WIDTH", "IndexEntry", "figure_img", "render_index", "render_page"]
 
 MAX_LAYERS = 100
 """The most layers drawn one by one; the others are named with a count (their series stay in the data file)."""
@@ -38,6 +38,8 @@ text-align:left;vertical-align:top}th{background:#eef1f6}.num{text-align:right;f
 img{max-width:100%;height:auto;display:block;margin:.4em 0}code{background:#eef1f6;padding:0 .2em}
 ul.findings{padding:0}.layer{margin-top:1.2em}
 """
+INDEX_TITLE = "hookscope reports"
+"""The title of the index page of a run that watched several models (how `remove_report` recognises one)."""
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 
 
@@ -59,7 +61,7 @@ def _header(data: ReportData) -> str:
     status = str(meta.get("status", "completed"))
     banner = ""
     if status != "completed":
-        detail = f": {meta['error']}" if meta.get("error") else ""
+        detail = f": {strip_terminal_codes(str(meta['error']))}" if meta.get("error") else ""
         banner = (
             f'<p class="banner" id="status">The run did not complete ({text(status)}{text(detail)}). This report '
             f"covers the {data.results.num_steps} steps recorded until then.</p>"
@@ -71,13 +73,15 @@ def _header(data: ReportData) -> str:
 
 
 def _findings(data: ReportData) -> str:
-    if data.findings is None:
-        body = "<p class='muted'>The diagnosis was not run for this report.</p>"
-    elif not data.findings:
-        body = "<p>No findings: nothing the checks look for went wrong.</p>"
-    else:
-        body = "<ul class='findings'>" + "".join(_finding(f) for f in data.findings) + "</ul>"
-    return f'<section id="findings"><h2>Diagnosis</h2>{body}</section>'
+    return f'<section id="findings"><h2>Diagnosis</h2>{_finding_list(data.findings)}</section>'
+
+
+def _finding_list(findings: list[dict[str, Any]] | None) -> str:
+    if findings is None:
+        return "<p class='muted'>The diagnosis was not run for this report.</p>"
+    if not findings:
+        return "<p>No findings: nothing the checks look for went wrong.</p>"
+    return "<ul class='findings'>" + "".join(_finding(f) for f in findings) + "</ul>"
 
 
 def _finding(finding: dict[str, Any]) -> str:
@@ -175,7 +179,16 @@ def _layers(data: ReportData) -> str:
     if len(paths) > MAX_LAYERS:
         rest = ", ".join(display_name(path, NAME_WIDTH) for path in paths[MAX_LAYERS:])
         parts.append(f"<p class='muted'>{len(paths) - MAX_LAYERS} more layers not drawn: {text(rest)}.</p>")
-    return f"<section id='layers'><h2>Layers</h2>{''.join(parts) or '<p>No layers were watched.</p>'}</section>"
+    if not parts:
+        return "<section id='layers'><h2>Layers</h2><p>No layers were watched.</p></section>"
+    return f"<section id='layers'><h2>Layers</h2>{_CONTAINER_NOTE}{''.join(parts)}</section>"
+
+
+_CONTAINER_NOTE = (
+    "<p class='muted' id='containers'>A layer whose output is a tuple, list or dict (an LSTM's "
+    "<code>(output, (h, c))</code>, a transformer block's <code>(hidden, attention)</code>, a model output "
+    "object) is described by its first floating-point tensor only; the other tensors are not recorded.</p>"
+)
 
 
 def _sampled_note(statistics: dict[str, Any]) -> str:
@@ -191,7 +204,7 @@ def _sampled_note(statistics: dict[str, Any]) -> str:
         f"<p class='muted sampled'>Estimated from a sample in {estimated} of {int(recorded.sum())} recorded steps "
         f"(outputs of {SMALL_BELOW} values or more): std, the near-zero and saturated fractions, the histogram and "
         "unit activity are estimates; count, mean, min and max are exact (unless a value is non-finite). "
-        "Watch with <code>exact=True</code> to describe every value.</p>"
+        "Watch with <code>exact=True</code> (<code>hookscope run --exact</code>) to describe every value.</p>"
     )
 
 
@@ -222,12 +235,31 @@ _SECTIONS = (
 )
 
 
-def render_page(data: ReportData) -> str:
-    """Return the whole HTML document for `data`."""
-    body = "".join((_header(data), _findings(data), _summary(data), _overview(data), _layers(data), _details(data)))
+IndexEntry = tuple[str, str, "list[dict[str, Any]] | None"]
+"""One model of an index page: its name, the link to its page (relative), and its findings (`None`: not run)."""
+
+
+def render_index(entries: list[IndexEntry], status: str) -> str:
+    """Return the index page of a run that watched several models: each model's link and its findings."""
+    sections = []
+    for name, link, findings in entries:
+        folder = link.rpartition("/")[0]
+        heading = f'<h2><a href="{text(link)}">{text(name)}</a> <code>{text(folder)}</code></h2>'
+        sections.append(f"<section class='model'>{heading}{_finding_list(findings)}</section>")
+    body = f"<h1>{INDEX_TITLE}</h1><p>{len(entries)} models were watched (run {text(status)}).</p>"
+    return _document(INDEX_TITLE, body + "".join(sections))
+
+
+def _document(title: str, body: str) -> str:
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>hookscope report</title><style>{_CSS}</style></head><body>{body}</body></html>\n"
+        f"<title>{title}</title><style>{_CSS}</style></head><body>{body}</body></html>\n"
     )
+
+
+def render_page(data: ReportData) -> str:
+    """Return the whole HTML document for `data`."""
+    body = "".join((_header(data), _findings(data), _summary(data), _overview(data), _layers(data), _details(data)))
+    return _document("hookscope report", body)

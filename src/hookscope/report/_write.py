@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -14,9 +15,9 @@ from .._check import checked
 from .._io import atomic_write
 from ..results import WatchResults
 from ._data import DOCUMENT_FILE, RESULTS_FILE, WEIGHTS_FILE, ReportData, load_data, prepare_data, save_data
-from ._html import CSP, render_page
+from ._html import INDEX_TITLE, IndexEntry, render_index, render_page
 
-__all__ = ["REPORT_FILE", "render_report", "save_report_data", "write_index", "write_report"]
+__all__ = ["REPORT_FILE", "remove_report", "render_report", "save_report_data", "write_index", "write_report"]
 
 REPORT_FILE = "report.html"
 
@@ -149,22 +150,63 @@ def _umask() -> int:
 
 
 @checked()
-def write_index(out_dir: str | os.PathLike[str], pages: list[tuple[str, Path]], meta: Mapping[str, Any]) -> Path:
-    """Write `out_dir/report.html` linking to one report per model (`pages`: name and path relative to it)."""
-    from ._escape import text
+def remove_report(out_dir: str | os.PathLike[str]) -> list[Path]:
+    """Remove the files an earlier report wrote into `out_dir`, and nothing else; return the removed paths.
 
-    items = "".join(
-        f'<li><a href="{text(page.as_posix())}">{text(name)}</a> <code>{text(page.parent.as_posix())}</code></li>'
-        for name, page in pages
-    )
-    status = text(meta.get("status", "completed"))
-    body = f"<h1>hookscope reports</h1><p>{len(pages)} models were watched (run {status}).</p><ul>{items}</ul>"
-    page = (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f'<meta http-equiv="Content-Security-Policy" content="{CSP}"><title>hookscope reports</title>'
-        f"</head><body>{body}</body></html>\n"
-    )
+    A folder is a report's when its `report.json` is one hookscope wrote (its metadata names the hookscope
+    version): then `report.html`, `results.safetensors`, `report.json` and `weights.safetensors` go. An index
+    page (`write_index`) is recognised by its title. Any other file, and the folder itself, stay.
+
+    Raises:
+        ValueError: `out_dir` is a file.
+    """
+    folder = Path(out_dir)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"out_dir must be a report folder, got the file {str(folder)!r}")
+    names: tuple[str, ...] = ()
+    if _is_report_data(folder / DOCUMENT_FILE):
+        names = (REPORT_FILE, RESULTS_FILE, DOCUMENT_FILE, WEIGHTS_FILE)
+    elif _is_index(folder / REPORT_FILE):
+        names = (REPORT_FILE,)
+    removed = [folder / name for name in names if (folder / name).is_file()]
+    for path in removed:
+        path.unlink()
+    return removed
+
+
+def _is_report_data(path: Path) -> bool:
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(document, dict) and isinstance(document.get("meta"), dict) and "hookscope" in document["meta"]
+
+
+def _is_index(path: Path) -> bool:
+    try:
+        with path.open(encoding="utf-8", errors="replace") as page:
+            return f"<title>{INDEX_TITLE}</title>" in page.read(2048)
+    except OSError:
+        return False
+
+
+@checked()
+def write_index(out_dir: str | os.PathLike[str], pages: list[tuple[str, Path]], meta: Mapping[str, Any]) -> Path:
+    """Write `out_dir/report.html` linking to one report per model (`pages`: name and path relative to it),
+    with each model's findings read from the `report.json` beside its page."""
     folder = Path(out_dir)
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"out_dir must be a folder, got the file {str(folder)!r}; pick another --out")
+    entries: list[IndexEntry] = [(name, page.as_posix(), _saved_findings(folder / page.parent)) for name, page in pages]
+    page = render_index(entries, str(meta.get("status", "completed")))
     return _readable(atomic_write(folder / REPORT_FILE, page), folder)
+
+
+def _saved_findings(folder: Path) -> list[dict[str, Any]] | None:
+    """The findings saved in `folder`'s report.json (`None`: none saved, or the diagnosis was not run)."""
+    try:
+        document = json.loads((folder / DOCUMENT_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    findings = document.get("findings") if isinstance(document, dict) else None
+    return [f for f in findings if isinstance(f, dict)] if isinstance(findings, list) else None
