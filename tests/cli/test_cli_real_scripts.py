@@ -21,7 +21,6 @@ import torch
 from hookscope.watch import WatchResults
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
-STEP_RULE = "issue 27 items 1-3: step rule (lead)"
 
 
 @dataclass
@@ -143,7 +142,6 @@ def test_each_gan_model_gets_its_own_losses_from_step_0(script_runs: Callable[..
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=f"{STEP_RULE}; the thinning that keeps the last step (lead)")
 def test_a_long_run_keeps_its_first_and_last_steps_and_says_how_it_was_thinned(
     script_runs: Callable[..., Runs],
 ) -> None:

@@ -207,11 +207,23 @@ class WatchResults:
             rate = f" (1 step in {round(steps / recorded)})" if recorded else ""
             return (
                 f"Measured {recorded:,} of {steps:,} steps{rate} within a {100 * measured['budget']:.3g} % overhead "
-                f"budget{share}."
+                f"budget{share}.{self._thinned_text(steps, 1)}"
             )
         every = measured.get("every", 1)
         which = "every step" if every == 1 else f"1 step in {every} (every={every})"
-        return f"Measured {which}: {recorded:,} of {steps:,} steps{share}."
+        return f"Measured {which}: {recorded:,} of {steps:,} steps{share}.{self._thinned_text(steps, every)}"
+
+    def _thinned_text(self, steps: int, every: int) -> str:
+        """What capacity thinning kept, in words ("" when nothing was thinned)."""
+        stride = self.meta.get("stride", 1)
+        if not isinstance(stride, int) or stride <= 1:
+            return ""
+        nth = stride * every
+        suffix = "th" if 10 <= nth % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(nth % 10, "th")
+        return (
+            f" {steps:,} steps: every {nth}{suffix} step kept, and the last, to stay within the capacity of "
+            f"{self.meta.get('capacity')} kept steps."
+        )
 
     def loss_logged(self) -> torch.Tensor:
         """(S,) bool: the steps whose loss was logged; elsewhere the loss is unknown (NaN), not non-finite.
