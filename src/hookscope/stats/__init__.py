@@ -15,11 +15,23 @@ callbacks (`ActivationStats`), `watch()`, the weight tools and the distributed m
   re-bin exactly; fixed ranges count what falls outside).
 - `_norms.py`: norms of gradients, updates and weights, and the update-to-weight ratio.
 - `_units.py`: unit activity.
+- `_attention.py`: per-head attention statistics (max logit, entropy, sink) and the residual stream's largest
+  magnitude, its channel and token.
 - `_pending.py`, `_record_table.py`, `_norm_table.py`: tables of records filled by observations (small tensors
   copied and batched, large ones read at once as their sums and a sample): the machinery `ActivationStats` and
   `watch()` share.
 """
 
+from ._attention import (
+    ATTENTION_FIELDS,
+    ATTENTION_VALUES,
+    RESIDUAL_SAMPLE,
+    attention_scores,
+    attention_slice,
+    describe_attention,
+    describe_residual,
+    finish_attention,
+)
 from ._batched import Segments, describe_segments, norm_segments
 from ._describe import RAW, Described, Sample, describe, describe_large, estimate, take_sample
 from ._histogram import (
@@ -46,12 +58,15 @@ from ._spec import NEAR_ZERO, Spec, accumulate_dtype, wide_dtype
 from ._units import UnitCounts, active, unit_counts, unit_dims
 
 __all__ = [
+    "ATTENTION_FIELDS",
+    "ATTENTION_VALUES",
     "EXPONENT_NONE",
     "NEAR_ZERO",
     "NORM",
     "OVERFLOW",
     "RAW",
     "RECORD",
+    "RESIDUAL_SAMPLE",
     "SAMPLE_SIZE",
     "SMALL_BELOW",
     "STATISTICS",
@@ -67,6 +82,8 @@ __all__ = [
     "UnitCounts",
     "accumulate_dtype",
     "active",
+    "attention_scores",
+    "attention_slice",
     "auto_edges",
     "check_bins",
     "check_range",
@@ -76,7 +93,9 @@ __all__ = [
     "combine_segments",
     "counts",
     "describe",
+    "describe_attention",
     "describe_large",
+    "describe_residual",
     "describe_segments",
     "empty",
     "estimate",
@@ -84,6 +103,7 @@ __all__ = [
     "exponent_of",
     "exponent_of_edges",
     "finalize",
+    "finish_attention",
     "fixed_edges",
     "from_statistics",
     "norm_of",
