@@ -27,14 +27,14 @@ def plot_attention(results: WatchResults, layers: Iterable[str] | None = None) -
         ValueError: No attention was recorded, or `layers` names a module without attention series.
     """
     recorded = list(results.attention)
-    if not recorded:
-        raise ValueError("results.attention must hold series to plot them, got none (no attention was found)")
     chosen = recorded if layers is None else list(layers)
     unknown = [p for p in chosen if p not in results.attention]
     if unknown:
         raise ValueError(
             f"layers must be attention modules of the results, got {unknown[:3]}; recorded: {recorded[:10]}"
         )
+    if not chosen:
+        raise ValueError("results.attention must hold series to plot them, got none (no attention was found)")
     figure, axes = new_figure(len(chosen), 2, (10, 1.2 + 1.1 * len(chosen)))
     x = steps_of(results)
     extent_x = (float(x[0]) if len(x) else 0.0, float(x[-1]) + 1 if len(x) else 1.0)
