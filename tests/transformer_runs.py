@@ -13,6 +13,9 @@ from hookscope.doctor import DiagnosisWarning, Finding, diagnose
 from hookscope.results import WatchResults
 from hookscope.watch import watch
 
+GROUPS = ("attention", "residual", "param_grads", "optimizer")
+"""What the transformer checks read (with the loss): the planted runs record only these, which keeps them fast."""
+
 NEW_CHECKS = (
     "attention_logit_growth",
     "attention_entropy_collapse",
@@ -52,12 +55,14 @@ def run(
     doctor_every: int | None = None,
     **training: Any,
 ) -> Run:
-    """Train the tiny decoder under `watch()` (its defaults, the loss logged, the live doctor every `doctor_every`
+    """Train the tiny decoder under `watch()` (`GROUPS`, the loss logged, the live doctor every `doctor_every`
     recorded steps if given) and diagnose the results."""
     torch.manual_seed(seed)
     model = TinyGPT(TinyGPTConfig(sdpa=sdpa, qk_layernorm=qk_layernorm))
     optimizer = tiny_gpt_optimizer(model, lr, eps)
-    options: dict[str, Any] = {} if doctor_every is None else {"doctor": True, "doctor_every": doctor_every}
+    options: dict[str, Any] = {"groups": GROUPS}
+    if doctor_every is not None:
+        options.update(doctor=True, doctor_every=doctor_every)
     live: dict[str, int] = {}
     with warnings.catch_warnings(record=True) as caught, watch(model, optimizer, **options) as w:
         warnings.simplefilter("always", DiagnosisWarning)

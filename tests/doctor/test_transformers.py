@@ -4,7 +4,8 @@ decoder (`hookscope.demo.TinyGPT`: d=64, 2 layers, 2 heads), with explicit-softm
 Figures of these runs (tiny decoder, AdamW (0.9, 0.95), 10% warmup then cosine over 300 steps): at LR 0.1
 without qk-layernorm the layers' max logits pass 1e3 by step 50 (nothing is learned, 4.16); the qk-layernorm
 twin stays below 30 and learns (2.1); at LR 3e-2 the heads are sharp (max logit 200-340, entropy near 0) and the
-run learns (2.02); at LR 0.3 logits pass 1e3 by step 25.
+run learns (2.02); at LR 0.3 logits pass 1e3 by step 25. Runs stop early where the issue's onsets allow (the
+schedule still spans 300 steps) and record only what the checks read (`transformer_runs.GROUPS`).
 """
 
 from __future__ import annotations
@@ -24,14 +25,14 @@ KINDS = pytest.mark.parametrize("sdpa", [False, True], ids=["softmax", "sdpa"])
 @pytest.mark.slow
 @KINDS
 def test_lr_0_1_without_qk_layernorm_grows_attention_logits_and_the_live_doctor_says_so(sdpa: bool) -> None:
-    faulty = run(sdpa=sdpa, lr=0.1, steps=120, schedule_steps=300, doctor_every=10)
+    faulty = run(sdpa=sdpa, lr=0.1, steps=80, schedule_steps=300, doctor_every=10)
     growth = faulty.named("attention_logit_growth")
     assert {f.path for f in growth} == {"blocks.0.attn", "blocks.1.attn"}
     assert all(f.step is not None and f.step <= 200 for f in growth)
     assert all(isinstance(f.evidence["head"], int) and f.evidence["max_logit"] > 1e3 for f in growth)
-    assert faulty.live["attention_logit_growth"] < 120  # raised while the run went
+    assert faulty.live["attention_logit_growth"] < 80  # raised while the run went
     assert faulty.named("loss_spike") == [] and sum(faulty.losses[-10:]) / 10 > 4.0  # nothing learned
-    twin = run(sdpa=sdpa, lr=0.1, qk_layernorm=True, steps=120, schedule_steps=300)
+    twin = run(sdpa=sdpa, lr=0.1, qk_layernorm=True, steps=80, schedule_steps=300)
     assert twin.warnings("attention_") == [] and twin.warnings() == []
 
 

@@ -59,8 +59,11 @@ def tensor_field(key: str) -> tuple[str, Field]:
     if key == "steps" or group == "losses":
         field = SCHEMA.fields[group]
         return f"results.{group}", field.options[1] if group == "losses" else field  # type: ignore[attr-defined]
-    if group in ("activations", "output_grads", "param_grads"):
+    if group in ("activations", "output_grads", "param_grads", "residual", "optimizer"):
         return f"results.{group}[{name!r}][{stat!r}]", SCHEMA.fields[group].value.value  # type: ignore[attr-defined]
+    if group == "attention":
+        heads = SCHEMA.fields[group].value  # type: ignore[attr-defined]
+        return f"results.{group}[{name!r}].{stat}", {**heads.fields, **heads.optional}[stat]
     if group == "update_ratios":
         return f"results.{group}[{name!r}]", SCHEMA.fields[group].value  # type: ignore[attr-defined]
     return f"results.{group}[{rest!r}]", SCHEMA.fields[group].value  # type: ignore[attr-defined]

@@ -7,7 +7,9 @@ add to the steps' rows (`_buffers.py`: one row per recorded step in the engine's
 to the host when full or read; every statistic is the engine's); `_inspect.py` what is read from modules besides
 statistics; `_store.py` the bounded host-side store; `_assemble.py` and `_extras.py` turn all of it into `WatchResults`
 (`_results.py`: the schema the doctor, plots and report read, saved as safetensors + JSON); `_sinks.py` sends
-flushed steps to CSV, JSON lines or TensorBoard; `_state.py` resumes a run.
+flushed steps to CSV, JSON lines or TensorBoard; `_state.py` resumes a run. `_attention.py` finds the attention
+of a model where its logits are formed and describes it per head, `_residual.py` the repeated blocks' outputs
+(the residual stream); both fill rows of `_buffers.py` beside the rest.
 """
 
 from .._errors import UnobservedModuleWarning

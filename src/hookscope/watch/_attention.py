@@ -97,8 +97,9 @@ class _Interception:
         self.originals: list[tuple[Any, str, Any, Any]] = []  # (owner, name, original, wrapper)
 
     def install(self, observer: Callable[[str, tuple[Any, ...], dict[str, Any], Any], None]) -> None:
-        """Wrap the functions (if not yet) and send this thread's calls to `observer` until `uninstall`."""
-        self.local.observer = observer
+        """Wrap the functions (if not yet) and send this thread's calls to `observer` until `uninstall` (a watch
+        of a model run inside another watched model's forward observes while its own forward runs)."""
+        self.local.observers = [*getattr(self.local, "observers", []), observer]
         with self.lock:
             self.users += 1
             if self.users == 1:
@@ -106,7 +107,7 @@ class _Interception:
 
     def uninstall(self) -> None:
         """Stop observing this thread's calls; restore the functions when no measured forward runs any more."""
-        self.local.observer = None
+        self.local.observers = getattr(self.local, "observers", [])[:-1]
         with self.lock:
             self.users = max(self.users - 1, 0)
             if self.users == 0:
@@ -120,9 +121,10 @@ class _Interception:
         local = self.local
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            observer = getattr(local, "observer", None)
-            if observer is None or getattr(local, "busy", False):
+            observers = getattr(local, "observers", None)
+            if not observers or getattr(local, "busy", False):
                 return original(*args, **kwargs)
+            observer = observers[-1]
             local.busy = True  # F.softmax calls Tensor.softmax, the observer softmaxes: one call observed once
             try:
                 output = original(*args, **kwargs)
