@@ -295,3 +295,20 @@ def test_real_models_have_attention_series_for_every_layer_and_a_healthy_run_rai
     assert len(results.residual) == 2
     assert [f for f in diagnose(results) if f.check in NEW_CHECKS and f.severity != "info"] == []
     assert _is_restored()
+
+
+def test_a_resumed_run_keeps_the_attention_series_it_saved() -> None:
+    model = TinyGPT(TinyGPTConfig(length=8))
+    optimizer = tiny_gpt_optimizer(model, lr=1e-2)
+    with watch(model, optimizer) as first:
+        train_tiny_gpt(model, optimizer, steps=3)
+    before = first.results().attention
+    resumed = watch(model, optimizer)
+    resumed.load_state_dict(first.state_dict())
+    with resumed:
+        train_tiny_gpt(model, optimizer, steps=2)
+    after = resumed.results()
+    assert after.steps.tolist() == [0, 1, 2, 3, 4]
+    for path, stats in before.items():
+        torch.testing.assert_close(after.attention[path]["max_logit"][:3], stats["max_logit"])
+        assert bool(after.attention[path]["max_logit"][3:].isfinite().all())
