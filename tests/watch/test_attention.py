@@ -312,3 +312,29 @@ def test_a_resumed_run_keeps_the_attention_series_it_saved() -> None:
     for path, stats in before.items():
         torch.testing.assert_close(after.attention[path]["max_logit"][:3], stats["max_logit"])
         assert bool(after.attention[path]["max_logit"][3:].isfinite().all())
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, need_weights: bool) -> None:
+        super().__init__()
+        self.attn = nn.MultiheadAttention(16, 4, batch_first=True)
+        self.need_weights = need_weights
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mask = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).triu(1)  # True: not allowed
+        return self.attn(x, x, x, attn_mask=mask, need_weights=self.need_weights)[0]  # type: ignore[no-any-return]
+
+
+def test_multihead_attentions_explicit_and_sdpa_paths_give_the_same_per_head_statistics() -> None:
+    x = torch.randn(3, 6, 16)
+    found = []
+    for need_weights in (True, False):  # True: an explicit softmax over (batch * heads, L, S); False: SDPA
+        torch.manual_seed(0)
+        model = SelfAttention(need_weights)
+        with watch(model) as w:
+            model(x).sum().backward()
+        found.append(w.results().attention["attn"])
+    explicit, fused = found
+    assert explicit["max_logit"].shape == (1, 4)
+    for stat in ("max_logit", "entropy", "sink"):
+        torch.testing.assert_close(explicit[stat], fused[stat], rtol=1e-4, atol=1e-5)
