@@ -293,7 +293,7 @@ def test_real_models_have_attention_series_for_every_layer_and_a_healthy_run_rai
         assert stats["max_logit"].shape == (20, 2) and bool(stats["max_logit"].isfinite().all())
         assert bool(((stats["entropy"] >= 0) & (stats["entropy"] <= 1)).all())
     assert len(results.residual) == 2
-    assert [f for f in diagnose(results) if f.check in NEW_CHECKS and f.severity != "info"] == []
+    assert [f for f in diagnose(results) if f.check in NEW_CHECKS] == []
     assert _is_restored()
 
 
