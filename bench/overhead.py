@@ -135,8 +135,28 @@ def mobile() -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
     return model, torch.randn(16, 3, 32, 32), torch.randint(0, 10, (16,))
 
 
-MODELS = {"mlp": mlp, "cnn": cnn, "transformer": transformer, "tiny": tiny, "mobile": mobile}
-STEPS = {"mlp": 10, "cnn": 5, "transformer": 4, "tiny": 200, "mobile": 2}
+class FlatGPT(nn.Module):
+    """`hookscope.demo.TinyGPT` (explicit-softmax attention) with its logits flattened for `CrossEntropyLoss`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from hookscope.demo import TinyGPT
+
+        self.gpt = TinyGPT()
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        logits: torch.Tensor = self.gpt(ids)
+        return logits.reshape(-1, logits.shape[-1])
+
+
+def gpt() -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    """The tiny pre-LN decoder of the doctor's transformer checks: batch 16, 31 tokens."""
+    ids = torch.randint(0, 64, (16, 32))
+    return FlatGPT(), ids[:, :-1], ids[:, 1:].reshape(-1)
+
+
+MODELS = {"mlp": mlp, "cnn": cnn, "transformer": transformer, "tiny": tiny, "mobile": mobile, "gpt": gpt}
+STEPS = {"mlp": 10, "cnn": 5, "transformer": 4, "tiny": 200, "mobile": 2, "gpt": 20}
 """Steps timed per configuration per round (about 0.2-2 s each: a sub-millisecond step needs many)."""
 
 
@@ -213,6 +233,15 @@ def watch_everything(model: nn.Module, optimizer: torch.optim.Optimizer) -> Iter
 
 
 @contextlib.contextmanager
+def watch_without_attention(model: nn.Module, optimizer: torch.optim.Optimizer) -> Iterator[None]:
+    from hookscope.watch import GROUPS, watch
+
+    groups = [group for group in GROUPS if group not in ("attention", "residual")]
+    with watch(model, optimizer, capacity=None, groups=groups):  # what the attention and residual groups add
+        yield
+
+
+@contextlib.contextmanager
 def attached_then_detached(model: nn.Module, optimizer: torch.optim.Optimizer) -> Iterator[None]:
     from hookscope.watch import watch
 
@@ -229,6 +258,7 @@ CONFIGS: dict[str, Config] = {
     "ActivationStats, every=10": activation_stats(10),
     "watch() defaults (budget 3 %)": watch_defaults,
     "watch(every=1)": watch_everything,
+    "watch() defaults without attention and residual": watch_without_attention,
     "attached then detached": attached_then_detached,
     "naive per-layer .item() (reference)": naive_item,
 }

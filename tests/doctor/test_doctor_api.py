@@ -33,6 +33,12 @@ BUILTIN = [
     "dead_units",
     "saturation",
     "unobserved",
+    "attention_logit_growth",
+    "attention_entropy_collapse",
+    "adam_epsilon_too_large",
+    "loss_spike",
+    "massive_activation",
+    "attention_sink",
 ]
 
 

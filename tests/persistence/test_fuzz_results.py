@@ -60,8 +60,11 @@ def tensor_field(key: str) -> tuple[str, Field]:
         name = {"steps": "steps", "loss/loss": "losses", "loss/count": "loss_counts"}[rest or key]
         field = SCHEMA.fields[name]
         return f"results.{name}", field.options[1] if group == "losses" else field  # type: ignore[attr-defined]
-    if group in ("activations", "output_grads", "param_grads"):
+    if group in ("activations", "output_grads", "param_grads", "residual", "optimizer"):
         return f"results.{group}[{name!r}][{stat!r}]", SCHEMA.fields[group].value.value  # type: ignore[attr-defined]
+    if group == "attention":
+        heads = SCHEMA.fields[group].value  # type: ignore[attr-defined]
+        return f"results.{group}[{name!r}].{stat}", {**heads.fields, **heads.optional}[stat]
     if group == "update_ratios":
         return f"results.{group}[{name!r}]", SCHEMA.fields[group].value  # type: ignore[attr-defined]
     return f"results.{group}[{rest!r}]", SCHEMA.fields[group].value  # type: ignore[attr-defined]

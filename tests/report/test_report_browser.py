@@ -116,7 +116,8 @@ def write_checked(folder: Path, name: str, monkeypatch: pytest.MonkeyPatch, enco
         meta={"model": name},
         weights=run.model,
     )
-    assert len(drawn) == 6 + min(len(run.results.layers), MAX_LAYERS)  # overview, then one figure per layer
+    overview = 6 + (1 if run.results.attention else 0)  # the per-head attention heatmaps where attention was found
+    assert len(drawn) == overview + min(len(run.results.layers), MAX_LAYERS)  # overview, then one figure per layer
     assert [(alt, empty) for alt, empty in drawn if empty] == []  # every panel draws something or says why
     return page, drawn
 

@@ -57,12 +57,13 @@ def wandb_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for name, value in {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true"}.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("WANDB_CONSOLE", "off")
+    wandb.teardown()  # settings another test's run left in this process (the environment is read at setup)
     return tmp_path
 
 
 @pytest.mark.slow  # about 3 s: the wandb service starts
 def test_wandb_offline_run_holds_what_the_watch_recorded(wandb_offline: Path) -> None:
-    sink = WandbSink(project="hookscope-test")
+    sink = WandbSink(project="hookscope-test", mode="offline", dir=str(wandb_offline))
     results, losses = train_watched([sink])
     report = write_report(wandb_offline / "report", results, findings=FINDINGS).parent
     sink.log_findings(FINDINGS)

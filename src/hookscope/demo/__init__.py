@@ -4,12 +4,23 @@
 `_model.py` holds the CNN and the faults `--fault` plants (`FAULTS`: a learning rate far too high, dead ReLU
 units, constant initialization, a NaN source), each with the doctor check that should find it; `_train.py`
 trains it under `watch()`, `ActivationStats` and the weight update monitor and returns a `DemoRun`. The command
-line (`hookscope.cli`) prints the run and writes the report through `hookscope.report`.
+line (`hookscope.cli`) prints the run and writes the report through `hookscope.report`. `_transformer.py` holds
+`TinyGPT`, the tiny decoder the transformer instabilities are reproduced on (the doctor's transformer checks and
+their guide), and its training loop.
 """
 
 from ._data import load_digits_split
 from ._model import FAULTS, DigitsCNN, Fault, UnsafeSqrt, apply_fault
 from ._train import DemoConfig, DemoRun, evaluate, train_demo
+from ._transformer import (
+    TinyAttention,
+    TinyBlock,
+    TinyGPT,
+    TinyGPTConfig,
+    repeat_batch,
+    tiny_gpt_optimizer,
+    train_tiny_gpt,
+)
 
 __all__ = [
     "FAULTS",
@@ -17,9 +28,16 @@ __all__ = [
     "DemoRun",
     "DigitsCNN",
     "Fault",
+    "TinyAttention",
+    "TinyBlock",
+    "TinyGPT",
+    "TinyGPTConfig",
     "UnsafeSqrt",
     "apply_fault",
     "evaluate",
     "load_digits_split",
+    "repeat_batch",
+    "tiny_gpt_optimizer",
     "train_demo",
+    "train_tiny_gpt",
 ]

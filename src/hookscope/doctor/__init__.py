@@ -6,7 +6,9 @@ as a short list, first in the report; a notebook shows `diagnose`'s `Findings` a
 (`findings_html`). Built-in checks: non-finite values with provenance (`_nonfinite.py`),
 exploding/vanishing gradients across depth and over steps (`_gradients.py`), learning rate too high/low from
 update-to-weight ratios (`_learning_rate.py`), dead ReLU units, saturated tanh/sigmoid outputs and unbroken
-symmetry (`_units.py`), bad initialization at step 0 and unobserved layers (`_init.py`). Every number they
+symmetry (`_units.py`), bad initialization at step 0 and unobserved layers (`_init.py`), and how transformers
+fail (`_transformers.py`: attention-logit growth, entropy collapse, Adam's epsilon too large, loss spikes, massive
+activations, attention sinks). Every number they
 compare against is a field of `Thresholds`; `register_check(name, fn)` adds a check, `diagnose(checks=...,
 disable=...)` picks them per call. `LiveDoctor` re-diagnoses periodically during training and returns (or
 warns about) each finding once: it is what `watch(..., doctor=True)` drives. Nothing here registers hooks or

@@ -15,6 +15,14 @@ from ._learning_rate import check_lr_too_high, check_lr_too_low
 from ._nonfinite import check_nonfinite_backward, check_nonfinite_forward
 from ._series import layer_order
 from ._thresholds import Thresholds
+from ._transformers import (
+    check_adam_epsilon,
+    check_attention_entropy_collapse,
+    check_attention_logit_growth,
+    check_attention_sink,
+    check_loss_spike,
+    check_massive_activation,
+)
 from ._units import check_dead_units, check_saturation, check_symmetry
 
 __all__ = ["Check", "CheckSpec", "diagnose", "list_checks", "register_check", "resolve_checks", "unregister_check"]
@@ -36,6 +44,12 @@ _BUILTIN: dict[str, Check] = {
     "dead_units": check_dead_units,
     "saturation": check_saturation,
     "unobserved": check_unobserved,
+    "attention_logit_growth": check_attention_logit_growth,
+    "attention_entropy_collapse": check_attention_entropy_collapse,
+    "adam_epsilon_too_large": check_adam_epsilon,
+    "loss_spike": check_loss_spike,
+    "massive_activation": check_massive_activation,
+    "attention_sink": check_attention_sink,
 }
 _REGISTRY: dict[str, Check] = dict(_BUILTIN)
 

@@ -14,9 +14,13 @@ __all__ = ["Thresholds"]
 
 _FRACTIONS = (
     "lr_layer_fraction", "dead_unit_activity", "dead_unit_fraction", "saturation_fraction", "identical_unit_fraction",
+    "attention_entropy_floor", "attention_sink_share", "epsilon_layer_fraction",
 )  # fmt: skip
-_COUNTS = ("window",)
-_RATIOS = ("grad_depth_ratio", "grad_step_ratio", "init_std_change")
+_COUNTS = ("window", "loss_spike_window")
+_RATIOS = (
+    "grad_depth_ratio", "grad_step_ratio", "init_std_change", "attention_logit_growth", "massive_ratio",
+    "loss_spike_ratio",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,24 @@ class Thresholds:
             layer before had already fallen by the square root of the factor), so a single deliberately small
             layer such as a small-init head is not blamed. Normalization and softmax layers rescale by design:
             they restart the comparison.
+        attention_logit_limit: a layer's largest pre-softmax attention logit (windowed median) past which its
+            growth is reported (Wortsman et al. 2023: every run with logits above 1e4 diverged; healthy runs of the
+            tiny test decoder stay below about 350, its LR 0.1 run passes 1e3 within 60 steps).
+        attention_logit_growth: ...and only when it grew this many times above its median over the first
+            `window` recorded steps; the first step past this factor is where the growth began (the finding's
+            step).
+        attention_entropy_floor: a head's attention entropy (as a fraction of its maximum, `log(keys)`) below
+            which it counts as collapsed; reported only where the layer's max logit is out of bounds too.
+        attention_sink_share: a head's mean attention share on the first key above which it is an attention
+            sink (informational).
+        massive_magnitude: a residual-stream value larger than this (Sun et al. 2024: 100)...
+        massive_ratio: ...and this many times the median magnitude of its hidden state is a massive activation.
+        epsilon_layer_fraction: the share of weight tensors whose gradient RMS is below the optimizer's epsilon
+            (over `window` recorded steps) at which the epsilon is reported as too large.
+        loss_spike_window: the losses that must all stay above every one of the twice as many before them for
+            a jump to count as a loss spike that lasts.
+        loss_spike_ratio: ...and their median must be this many times the median before (the signal that jumped
+            first must have risen twice this factor).
     """
 
     window: int = 3
@@ -80,6 +102,15 @@ class Thresholds:
     saturation_fraction: float = 0.5
     identical_unit_fraction: float = 0.1
     init_std_change: float = 1e3
+    attention_logit_limit: float = 1e3
+    attention_logit_growth: float = 10.0
+    attention_entropy_floor: float = 0.05
+    attention_sink_share: float = 0.5
+    massive_magnitude: float = 100.0
+    massive_ratio: float = 1e3
+    epsilon_layer_fraction: float = 0.5
+    loss_spike_window: int = 10
+    loss_spike_ratio: float = 1.25
 
     def __post_init__(self) -> None:
         for name in _COUNTS:

@@ -3,12 +3,14 @@
 `_images.py` holds the two plots `ActivationStats` draws (`color_dim`, `layer_stats`); `_watch.py` draws
 `WatchResults`: activations per layer over steps, gradient flow, update-to-weight ratios against the 1e-3
 guide line, loss, output histograms, unit activity and one layer at a glance (`plot_layer`); `_weights.py` draws
-weight distributions. Every function returns a `matplotlib.figure.Figure` created without pyplot (Agg canvas,
-no global figure registry, nothing to close, no window), so it works headless and in notebooks alike, where it
-shows once as a PNG (`_figure.NotebookFigure`); `report` embeds them.
+weight distributions; `_attention.py` draws per-head heatmaps of attention (max logit and entropy over steps).
+Every function returns a `matplotlib.figure.Figure` created without pyplot (Agg canvas, no global figure registry,
+nothing to close, no window), so it works headless and in notebooks alike, where it shows once as a PNG
+(`_figure.NotebookFigure`); `report` embeds them.
 matplotlib is needed only when a function is called (`pip install matplotlib`).
 """
 
+from ._attention import plot_attention
 from ._images import color_dim, layer_stats
 from ._watch import (
     UPDATE_RATIO_GUIDE,
@@ -29,6 +31,7 @@ __all__ = [
     "layer_stats",
     "params_of",
     "plot_activations",
+    "plot_attention",
     "plot_gradient_flow",
     "plot_histogram",
     "plot_layer",

@@ -137,7 +137,14 @@ def _summary_cell(row: dict[str, Any], column: str) -> Any:
 
 
 def _overview(data: ReportData) -> str:
-    from ..plot import plot_activations, plot_gradient_flow, plot_loss, plot_update_ratios, plot_weight_histograms
+    from ..plot import (
+        plot_activations,
+        plot_attention,
+        plot_gradient_flow,
+        plot_loss,
+        plot_update_ratios,
+        plot_weight_histograms,
+    )
 
     results = data.results
     plots: list[tuple[bool, Callable[[], Figure], str]] = [
@@ -147,6 +154,7 @@ def _overview(data: ReportData) -> str:
         (bool(results.param_grads), lambda: plot_gradient_flow(results, source="param"), "parameter gradients"),
         (bool(results.update_ratios), lambda: plot_update_ratios(results), "update to weight ratios"),
         (bool(data.weights), lambda: plot_weight_histograms(data.weights), "weight distributions"),
+        (bool(results.attention), lambda: plot_attention(results), "attention per head: max logit and entropy"),
     ]
     images = "".join(figure_img(draw(), alt) for present, draw, alt in plots if present)
     if not images:

@@ -8,8 +8,12 @@ average gradients, so this is the gradient of the loss they optimize, the mean o
 gradients and update ratios after DDP's all-reduce are the same on every rank and are taken once (checked: steps
 where ranks differ become NaN, counted in `dropped` and listed in `meta["distributed"]`); FSDP2 shard norms
 combine as the root of summed squares. Histograms are re-binned exactly to the widest range of any rank and
-summed (a fixed `hist_range` must be the same on every rank). Losses are averaged over ranks. The sequence is
-`hookscope.distributed.merge_parts`'s, shared with every merge.
+summed (a fixed `hist_range` must be the same on every rank). Losses are averaged over ranks. Attention: the max
+logit is the largest of any rank, entropy, sink and the sampled fraction are averaged over the ranks that measured
+(equal batches); the residual stream's largest magnitude is the largest of any rank (with that rank's channel and
+token), its median the mean of the ranks'; the optimizer series are the mean of the ranks' (equal on replicas after
+DDP's all-reduce; shard-local under FSDP2). The sequence is `hookscope.distributed.merge_parts`'s, shared with
+every merge.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from ..stats import (
     widest_exponent,
 )
 from ._nonfinite import merge_first
-from ._results import ACTIVATION_STATS, GRAD_STATS, WatchResults
+from ._results import ACTIVATION_STATS, ATTENTION_STATS, GRAD_STATS, OPTIMIZER_STATS, RESIDUAL_STATS, WatchResults
 
 __all__ = ["combine_results", "merge_results"]
 
@@ -49,6 +53,9 @@ _OPS = {
     "update_ratios": "gather",
     "losses": "gather",
     "loss_counts": "gather",
+    "attention": "gather",
+    "residual": "gather",
+    "optimizer": "gather",
     "hists": "sum",
     "outside": "sum",
     "units": "sum",
@@ -127,6 +134,9 @@ def _header(results: WatchResults) -> dict[str, Any]:
         "output_grads": list(results.output_grads),
         "param_grads": list(results.param_grads),
         "update_ratios": list(results.update_ratios),
+        "attention": {path: int(stats["max_logit"].shape[-1]) for path, stats in results.attention.items()},
+        "residual": list(results.residual),
+        "optimizer": list(results.optimizer),
         "losses": results.losses is not None,
         "hist_range": None if fixed is None else list(fixed),
         "hists": hists,
@@ -155,6 +165,9 @@ class _Layout:
     output_grads: list[str]
     param_grads: list[str]
     update_ratios: list[str]
+    attention: dict[str, int]  # path -> heads
+    residual: list[str]
+    optimizer: list[str]
     has_losses: bool
     hist_range: list[float] | None
     bins: int
@@ -181,6 +194,9 @@ class _Layout:
             output_grads=_union([h["output_grads"] for h in headers]),
             param_grads=_union([h["param_grads"] for h in headers]),
             update_ratios=_union([h["update_ratios"] for h in headers]),
+            attention={path: heads for h in headers for path, heads in h["attention"].items()},
+            residual=_union([h["residual"] for h in headers]),
+            optimizer=_union([h["optimizer"] for h in headers]),
             has_losses=any(h["losses"] for h in headers),
             hist_range=ranges[0] if ranges else None,
             bins=max(h["bins"] for h in headers),
@@ -240,11 +256,46 @@ def _pack(results: WatchResults, header: dict[str, Any], layout: _Layout) -> dic
         "update_ratios": _fill(layout.update_ratios, ratios, ("ratio",), rows, steps),
         "losses": losses,
         "loss_counts": logged,
+        "attention": _pack_attention(results, layout, rows, steps),
+        "residual": _fill(layout.residual, results.residual, RESIDUAL_STATS, rows, steps),
+        "optimizer": _fill(layout.optimizer, results.optimizer, OPTIMIZER_STATS, rows, steps),
         "hists": hists,
         "outside": outside,
         "units": units,
         "unit_weights": weights,
     }
+
+
+def _pack_attention(results: WatchResults, layout: _Layout, rows: Any, steps: int) -> torch.Tensor:
+    """(steps, heads of every attention module, len(ATTENTION_STATS)), NaN where the rank did not measure."""
+    table = torch.full((steps, sum(layout.attention.values()), len(ATTENTION_STATS)), _NAN, dtype=torch.float64)
+    start = 0
+    for path, heads in layout.attention.items():
+        stats = results.attention.get(path, {})
+        for k, stat in enumerate(ATTENTION_STATS):
+            if stat in stats and stats[stat].shape[-1] == heads:
+                table[rows, start : start + heads, k] = stats[stat].double()
+        start += heads
+    return table
+
+
+def _merge_attention(block: torch.Tensor, layout: _Layout) -> dict[str, dict[str, torch.Tensor]]:
+    """(ranks, S, heads, stats) -> per path and stat (S, heads): the largest max logit, the mean of the rest."""
+    largest = block[..., 0].nan_to_num(float("-inf")).amax(0)
+    merged = torch.cat((torch.where(torch.isinf(largest), _NAN, largest)[..., None], block[..., 1:].nanmean(0)), -1)
+    out, start = {}, 0
+    for path, heads in layout.attention.items():
+        out[path] = {stat: merged[:, start : start + heads, k].clone() for k, stat in enumerate(ATTENTION_STATS)}
+        start += heads
+    return out
+
+
+def _merge_residual(block: torch.Tensor) -> torch.Tensor:
+    """(ranks, S, blocks, 4) -> (S, blocks, 4): the largest magnitude with its rank's channel and token, the mean
+    median."""
+    rank = block[..., 0].nan_to_num(float("-inf")).argmax(0, keepdim=True)  # (1, S, blocks)
+    largest = block.gather(0, rank[..., None].expand(1, *block.shape[1:]))[0]
+    return torch.cat((largest[..., :3], block[..., 3:].nanmean(0)), -1)
 
 
 def _pack_units(results: WatchResults, layout: _Layout) -> tuple[torch.Tensor, torch.Tensor]:
@@ -303,6 +354,9 @@ def _assemble(
     divide = float(world) if average_output_grads else 1.0
     merged.output_grads = _series(_root_sum_squares(tables["output_grads"], divide), layout.output_grads, GRAD_STATS)
     report = _merge_params(merged, headers, layout, tables, notes)
+    merged.attention = _merge_attention(tables["attention"], layout)
+    merged.residual = _series(_merge_residual(tables["residual"]), layout.residual, RESIDUAL_STATS)
+    merged.optimizer = _series(tables["optimizer"].nanmean(0), layout.optimizer, OPTIMIZER_STATS)
     if layout.has_losses:
         # the mean over the ranks that logged one (a non-finite one stays so); 0/0 = NaN: no rank logged one
         logged = tables["loss_counts"] > 0

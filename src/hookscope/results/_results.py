@@ -23,9 +23,12 @@ from ..stats import STATISTICS
 
 __all__ = [
     "ACTIVATION_STATS",
+    "ATTENTION_STATS",
     "FIGURES",
     "FIRST_NONFINITE",
     "GRAD_STATS",
+    "OPTIMIZER_STATS",
+    "RESIDUAL_STATS",
     "RESULTS_FILE",
     "SCHEMA",
     "WatchResults",
@@ -47,6 +50,23 @@ the counts leaves non-finite values out."""
 GRAD_STATS = ("norm", "nonfinite")
 """Per module output gradient and per parameter gradient, per step: the L2 norm of the finite values and the count
 of non-finite values (in a large gradient that holds some, the norm and the count are estimated from a sample)."""
+
+ATTENTION_STATS = ("max_logit", "entropy", "sink", "sampled")
+"""Per attention module, per measured step and head (`WatchResults.attention`): the largest pre-softmax logit
+(scaled as the attention scales it, masked keys left out), the entropy of each query's attention distribution
+divided by the log of the number of keys it may attend to (0: one-hot, 1: uniform) averaged over queries and
+batch, the mean attention share of the first key (`sink`), and the fraction of the queries left out of the
+measurement (`sampled`: 0 when every query was measured; above 0 the max logit is a lower bound)."""
+
+RESIDUAL_STATS = ("max", "channel", "token", "median")
+"""Per repeated block's output (the residual stream), per step (`WatchResults.residual`): the largest magnitude,
+its channel (last dim) and token (the dim before it), and the median magnitude of the whole hidden state
+(estimated from a strided sample of at most 8192 values)."""
+
+OPTIMIZER_STATS = ("grad_rms", "update_rms", "eps")
+"""Per parameter, per step, against the optimizer (`WatchResults.optimizer`): the gradient's root mean square,
+the update's root mean square divided by the learning rate (the unscaled update), and the optimizer's epsilon
+for the parameter (NaN for optimizers without one)."""
 
 _KIND = "watch_results"
 FIGURES = ("mean", "std", "grad norm", "nonfinite")
@@ -73,6 +93,11 @@ class WatchResults:
         param_grads: parameter name -> stat name (`GRAD_STATS`) -> (S,) float64, after accumulation (and after
             DDP's all-reduce when wrapped: `meta["grad_reduction"]` says which).
         update_ratios: parameter name -> (S,) float64, ||W_after - W_before|| / ||W_after|| per optimizer step.
+        attention: attention module path (the innermost module running when the logits were formed) -> stat
+            name (`ATTENTION_STATS`) -> (S, heads) float64, NaN on steps not measured.
+        residual: repeated block path (a child of a `ModuleList`/`Sequential` of one class) -> stat name
+            (`RESIDUAL_STATS`) -> (S,) float64.
+        optimizer: parameter name -> stat name (`OPTIMIZER_STATS`) -> (S,) float64.
         losses: (S,) float64 when the loss was logged (`watch.log_loss`), else `None`; NaN in a step without a
             logged loss, where `loss_counts` is 0 (unknown, not non-finite).
         loss_counts: (S,) float64, how many losses were logged in each step (`None` with `losses`).
@@ -100,6 +125,9 @@ class WatchResults:
     output_grads: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
     param_grads: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
     update_ratios: dict[str, torch.Tensor] = field(default_factory=dict)
+    attention: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
+    residual: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
+    optimizer: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
     losses: torch.Tensor | None = None
     loss_counts: torch.Tensor | None = None
     unit_activity: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -119,12 +147,15 @@ class WatchResults:
         return int(self.steps.numel())
 
     def series(self) -> dict[str, dict[str, dict[str, torch.Tensor]]]:
-        """Every (S,) series by group (`activations`, `output_grads`, `param_grads`, `update_ratios`, `losses`)."""
+        """Every (S,) series by group (`activations`, `output_grads`, `param_grads`, `update_ratios`, `residual`,
+        `optimizer`, `losses`); the per-head `attention` series are (S, heads) and not among them."""
         out: dict[str, dict[str, dict[str, torch.Tensor]]] = {
             "activations": self.activations,
             "output_grads": self.output_grads,
             "param_grads": self.param_grads,
             "update_ratios": {name: {"ratio": s} for name, s in self.update_ratios.items()},
+            "residual": self.residual,
+            "optimizer": self.optimizer,
         }
         if self.losses is not None:
             logged = {} if self.loss_counts is None else {"count": self.loss_counts}
@@ -273,6 +304,8 @@ class WatchResults:
             for name, stats in names.items():
                 for stat, values in stats.items():
                     tensors[f"{group}/{name}/{stat}"] = values
+        for module, stats in self.attention.items():
+            tensors.update({f"attention/{module}/{stat}": values for stat, values in stats.items()})
         for group in _NAMED_TENSORS:
             tensors.update({f"{group}/{name}": t for name, t in getattr(self, group).items()})
         document = {name: value for name, value in fields.items() if name not in _TENSOR_FIELDS}
@@ -367,6 +400,7 @@ def _place(fields: dict[str, Any], key: str, tensor: torch.Tensor, source: str) 
 
 
 _SERIES = Tensor(FLOAT, shape=("steps",))
+_HEADS = Tensor(FLOAT, shape=("steps", "heads of {key}"))
 _HIT = Optional(Record(path=Str(), step=Int(min=0)))
 FIRST_NONFINITE = Record(forward=_HIT, backward=_HIT)
 """The format of the first non-finite module and step, per direction (`WatchResults.first_nonfinite`)."""
@@ -380,6 +414,9 @@ SCHEMA = Record(
     output_grads=MapOf(MapOf(_SERIES, key=Str(GRAD_STATS)), keys_in="layers"),
     param_grads=MapOf(MapOf(_SERIES, key=Str(GRAD_STATS))),
     update_ratios=MapOf(_SERIES),
+    attention=MapOf(Record({stat: _HEADS for stat in ATTENTION_STATS[:3]}, optional={"sampled": _HEADS})),
+    residual=MapOf(MapOf(_SERIES, key=Str(RESIDUAL_STATS))),
+    optimizer=MapOf(MapOf(_SERIES, key=Str(OPTIMIZER_STATS))),
     losses=Optional(_SERIES),
     loss_counts=Optional(_SERIES),
     unit_activity=MapOf(Tensor(FLOAT, shape=("*",)), keys_in="layers"),
@@ -394,7 +431,7 @@ SCHEMA = Record(
 """The format of `WatchResults` (its fields, as saved and loaded): one length `steps` for every series,
 each layer's histogram one bin fewer than its edges, layer-keyed tables keyed by `layers`' paths."""
 
-_STAT_GROUPS = ("activations", "output_grads", "param_grads")
+_STAT_GROUPS = ("activations", "output_grads", "param_grads", "attention", "residual", "optimizer")
 _NAMED_TENSORS = ("histograms", "hist_edges", "hist_outside", "unit_activity")
 _TENSOR_FIELDS = ("steps", *_STAT_GROUPS, "update_ratios", "losses", "loss_counts", *_NAMED_TENSORS)
 _SINGLE = ("steps", "losses", "loss_counts")  # one tensor each, not a table of them

@@ -16,11 +16,23 @@ callbacks (`ActivationStats`), `watch()`, the weight tools and the distributed m
 - `_norms.py`: norms of gradients, updates and weights, and the update-to-weight ratio.
 - `_units.py`: unit activity.
 - `_dtensor.py`: the one test of a DTensor (FSDP2) and this rank's part of one.
+- `_attention.py`: per-head attention statistics (max logit, entropy, sink) and the residual stream's largest
+  magnitude, its channel and token.
 - `_pending.py`, `_record_table.py`, `_norm_table.py`: tables of records filled by observations (small tensors
   copied and batched, large ones read at once as their sums and a sample): the machinery `ActivationStats` and
   `watch()` share.
 """
 
+from ._attention import (
+    ATTENTION_FIELDS,
+    ATTENTION_VALUES,
+    RESIDUAL_SAMPLE,
+    attention_scores,
+    attention_slice,
+    describe_attention,
+    describe_residual,
+    finish_attention,
+)
 from ._batched import Segments, describe_segments, norm_segments
 from ._describe import RAW, Described, Sample, describe, describe_large, estimate, take_sample
 from ._dtensor import is_dtensor, is_sharded, local_part
@@ -60,12 +72,15 @@ from ._spec import NEAR_ZERO, Spec, accumulate_dtype, wide_dtype
 from ._units import UnitCounts, active, unit_counts, unit_dims
 
 __all__ = [
+    "ATTENTION_FIELDS",
+    "ATTENTION_VALUES",
     "EXPONENT_NONE",
     "NEAR_ZERO",
     "NORM",
     "OVERFLOW",
     "RAW",
     "RECORD",
+    "RESIDUAL_SAMPLE",
     "SAMPLE_SIZE",
     "SMALL_BELOW",
     "STATISTICS",
@@ -81,6 +96,8 @@ __all__ = [
     "UnitCounts",
     "accumulate_dtype",
     "active",
+    "attention_scores",
+    "attention_slice",
     "auto_edges",
     "check_bins",
     "check_range",
@@ -90,7 +107,9 @@ __all__ = [
     "combine_segments",
     "counts",
     "describe",
+    "describe_attention",
     "describe_large",
+    "describe_residual",
     "describe_segments",
     "empty",
     "estimate",
@@ -98,6 +117,7 @@ __all__ = [
     "exponent_of",
     "exponent_of_edges",
     "finalize",
+    "finish_attention",
     "fixed_edges",
     "from_statistics",
     "is_dtensor",

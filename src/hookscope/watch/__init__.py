@@ -10,6 +10,8 @@ the one writer of `StepState`, `_step.py`, that the hooks read; `_budget.py` cho
 `WatchResults`. Around them: `_scaler.py` reads a `GradScaler`, `_inspect.py` what is read from modules besides
 statistics, `_sinks.py` sends flushed steps to CSV, JSON lines or TensorBoard, `_wandb.py` and `_mlflow.py` to
 W&B and MLflow (`_trackers.py`: the names they share), `_state.py` is the format of a resumable state.
+`_attention.py` finds the attention of a model where its logits are formed and describes it per head,
+`_residual.py` the repeated blocks' outputs (the residual stream); both fill rows of `_buffers.py` beside the rest.
 """
 
 from .._errors import UnobservedModuleWarning

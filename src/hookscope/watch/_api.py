@@ -24,7 +24,12 @@ def watch(model: nn.Module, optimizer: torch.optim.Optimizer | None = None, **op
     norm and non-finite count of each output and of each parameter (`GRAD_STATS`); given the optimizer, the
     update-to-weight ratio of each parameter; the loss when `log_loss` is called. Also the activity of each unit
     (fraction > 0), units with identical weights, and where values first became non-finite (forward and
-    backward, with the step) -- kept on the device, so no host sync per step. Statistics stay in device buffers
+    backward, with the step). Wherever the model computes attention (`F.scaled_dot_product_attention`, an explicit
+    softmax over (batch, heads, queries, keys) scores, `nn.MultiheadAttention`), per head: the max pre-softmax
+    logit, the normalised entropy and the first key's share (`results().attention`, see `hookscope.watch._attention`
+    for how it is found); for repeated blocks, the residual stream's largest value, its channel and token, and the
+    median magnitude; given the optimizer, each parameter's gradient RMS beside its epsilon and its update RMS
+    divided by the learning rate. All kept on the device, so no host sync per step. Statistics stay in device buffers
     and move to the host every `buffer_steps` recorded steps, when read, and at the end.
 
     Cost: an output or gradient of 16384 values or more is described as soon as its hook sees it, in a few

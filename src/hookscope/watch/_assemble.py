@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..results import ACTIVATION_STATS, GRAD_STATS, WatchResults
+from ..results import ACTIVATION_STATS, ATTENTION_STATS, GRAD_STATS, OPTIMIZER_STATS, RESIDUAL_STATS, WatchResults
 from ..stats import auto_edges, fixed_edges, on_widest_range
 from ._buffers import Chunk
 from ._options import WatchOptions
@@ -20,14 +20,16 @@ def build_results(
     kinds: list[str],
     param_names: list[str],
     options: WatchOptions,
+    blocks: list[str] | None = None,
 ) -> WatchResults:
-    """Build the per-layer series of `WatchResults` from `table` (empty series when `table` is `None`).
+    """Build the per-layer series of `WatchResults` from `table` (empty series when `table` is `None`); `blocks`
+    are the paths of the repeated blocks (the residual stream's columns).
 
     Each layer's histograms are brought to one range: the widest of its rows (re-binned exactly), or the fixed
     `hist_range`, whose edges go into `hist_edges`.
     """
     if table is None:
-        table = _empty(len(paths), len(param_names), options.hist_bins)
+        table = _empty(len(paths), len(param_names), options.hist_bins, len(blocks or []))
     groups = options.groups
     results = WatchResults(steps=table.steps.clone(), layers=dict(zip(paths, kinds, strict=True)))
     if "activations" in groups:
@@ -40,6 +42,15 @@ def build_results(
         results.param_grads = {n: _columns(table.param_grads[:, i], GRAD_STATS) for i, n in enumerate(param_names)}
     if "update_ratios" in groups:
         results.update_ratios = {n: table.update_ratios[:, i].clone() for i, n in enumerate(param_names)}
+    if "attention" in groups:
+        results.attention = {
+            path: {stat: values[..., k].clone() for k, stat in enumerate(ATTENTION_STATS)}
+            for path, values in table.attention.items()
+        }
+    if "residual" in groups:
+        results.residual = {p: _columns(table.residual[:, j], RESIDUAL_STATS) for j, p in enumerate(blocks or [])}
+    if "optimizer" in groups and bool(table.optimizer[..., 1:].isfinite().any()):  # an optimizer was seen
+        results.optimizer = {n: _columns(table.optimizer[:, i], OPTIMIZER_STATS) for i, n in enumerate(param_names)}
     if table.has_loss:
         results.losses = table.losses.clone()
         results.loss_counts = table.loss_counts.clone()
@@ -66,7 +77,7 @@ def _columns(values: torch.Tensor, names: tuple[str, ...]) -> dict[str, torch.Te
     return {name: values[:, k].clone() for k, name in enumerate(names)}
 
 
-def _empty(modules: int, params: int, bins: int) -> Chunk:
+def _empty(modules: int, params: int, bins: int, blocks: int) -> Chunk:
     return Chunk(
         steps=torch.zeros(0, dtype=torch.int64),
         activations=torch.zeros(0, modules, len(ACTIVATION_STATS), dtype=torch.float64),
@@ -77,4 +88,6 @@ def _empty(modules: int, params: int, bins: int) -> Chunk:
         update_ratios=torch.zeros(0, params, dtype=torch.float64),
         losses=torch.zeros(0, dtype=torch.float64),
         loss_counts=torch.zeros(0, dtype=torch.float64),
+        residual=torch.zeros(0, blocks, len(RESIDUAL_STATS), dtype=torch.float64),
+        optimizer=torch.zeros(0, params, len(OPTIMIZER_STATS), dtype=torch.float64),
     )

@@ -5,14 +5,17 @@ a `RecordTable` of activations (a moments record, a histogram and its range per 
 `NormTable` of output gradients per module, one of parameter gradients and one of updates and weights per
 parameter (their norms give the update ratio), and the loss. Hooks add observations to the open step's slot;
 the tables write them in batches. `take()` moves the rows to the CPU as a `Chunk` of final statistics
-(`STATISTICS`, `GRAD_STATS`), NaN where nothing was observed.
+(`STATISTICS`, `GRAD_STATS`), NaN where nothing was observed. Beside them: the per-head attention statistics
+(`_attention.py`'s `AttentionTable`), the repeated blocks' residual stream (`_residual.py`'s `ResidualTable`) and,
+per parameter, the optimizer's learning rate and epsilon of the step (host values, read from its param groups),
+which turn the gradient and update norms into the `OPTIMIZER_STATS` (RMS against epsilon, update RMS / lr).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -26,7 +29,9 @@ from ..stats import (
     finalize,
     ratio_of_norms,
 )
+from ._attention import AttentionTable
 from ._options import WatchOptions
+from ._residual import ResidualTable
 
 __all__ = ["Chunk", "StepBuffers"]
 
@@ -51,21 +56,33 @@ class Chunk:
     update_ratios: torch.Tensor
     losses: torch.Tensor
     loss_counts: torch.Tensor
+    residual: torch.Tensor
+    optimizer: torch.Tensor
+    attention: dict[str, torch.Tensor] = field(default_factory=dict)
     has_loss: bool = False
 
     def select(self, keep: torch.Tensor) -> Chunk:
         """Return the rows where the boolean mask `keep` is true."""
         tables = {name: getattr(self, name)[keep] for name in TABLES}
-        return Chunk(**tables, has_loss=self.has_loss)
+        attention = {path: values[keep] for path, values in self.attention.items()}
+        return Chunk(**tables, attention=attention, has_loss=self.has_loss)
 
     @staticmethod
     def concat(chunks: list[Chunk]) -> Chunk:
-        """Stack chunks along the step dimension (at least one chunk)."""
+        """Stack chunks along the step dimension (at least one chunk); attention modules a chunk lacks are NaN."""
         tables = {name: torch.cat([getattr(c, name) for c in chunks]) for name in TABLES}
-        return Chunk(**tables, has_loss=any(c.has_loss for c in chunks))
+        heads = {path: values.shape[1:] for c in chunks for path, values in c.attention.items()}
+        attention = {path: torch.cat([_attention_of(c, path, shape) for c in chunks]) for path, shape in heads.items()}
+        return Chunk(**tables, attention=attention, has_loss=any(c.has_loss for c in chunks))
 
     def __len__(self) -> int:
         return int(self.steps.numel())
+
+
+def _attention_of(chunk: Chunk, path: str, shape: torch.Size) -> torch.Tensor:
+    """`chunk`'s attention rows of `path`, NaN when it has none."""
+    found = chunk.attention.get(path)
+    return found if found is not None else torch.full((len(chunk), *shape), math.nan, dtype=torch.float64)
 
 
 TABLES = (
@@ -78,6 +95,8 @@ TABLES = (
     "update_ratios",
     "losses",
     "loss_counts",
+    "residual",
+    "optimizer",
 )
 
 
@@ -94,6 +113,8 @@ class StepBuffers:
         params: The number of watched parameters.
         saturation: Per module, the bounds of a saturating module or `None`.
         unit_dim: `(module, ndim) -> unit dim or None` for unit activity.
+        blocks: The number of repeated blocks whose residual stream is recorded.
+        param_sizes: The number of values of each watched parameter.
     """
 
     def __init__(
@@ -103,6 +124,8 @@ class StepBuffers:
         params: int,
         saturation: list[tuple[float, float] | None],
         unit_dim: Callable[[int, int], int | None] | None,
+        blocks: int = 0,
+        param_sizes: list[int] | None = None,
     ) -> None:
         self.rows, self.modules, self.params = options.buffer_steps, modules, params
         sampler = None if options.exact else Sampler()
@@ -121,6 +144,10 @@ class StepBuffers:
         # the change of parameter p at key p, its weight at params + p: only their norms are read
         self.updates = NormTable(2 * params, sampler, count_nonfinite=False)
         self.tables = (self.acts, self.grads, self.param_grads, self.updates)
+        self.attention = AttentionTable(self.rows)
+        self.residual = ResidualTable(self.rows, blocks)
+        self.param_sizes = torch.tensor(param_sizes or [0] * params, dtype=torch.float64)
+        self.settings: list[torch.Tensor | None] = [None] * self.rows  # (params, 2) lr and eps of the row's step
         self.bins = options.hist_bins
         self.first_id = 0  # the oldest row not taken yet
         self.next_id = 0  # the id the next row gets
@@ -176,7 +203,13 @@ class StepBuffers:
         self.steps[slot] = step
         self.loss_calls[slot] = 0
         self.grad_factors[slot] = None
+        self.settings[slot] = None
         return row_id
+
+    def set_settings(self, row_id: int, settings: torch.Tensor) -> None:
+        """Keep the learning rate and epsilon of each parameter (params, 2) for row `row_id`'s step."""
+        if self.is_live(row_id):
+            self.settings[row_id % self.rows] = settings
 
     def take(self, stop_id: int | None = None) -> Chunk | None:
         """Move rows up to `stop_id` (default: all) to the CPU and return them (`None`: no row)."""
@@ -186,6 +219,8 @@ class StepBuffers:
             return None
         self.flush()
         chunk = self._finish(slots)
+        chunk.residual = self.residual.take(slots)
+        chunk.attention = self.attention.take(slots)
         self.first_id = stop
         if self.device is not None and self.losses is not None:  # the taken rows start empty when they come round
             index = torch.tensor(slots, device=self.device)
@@ -209,6 +244,8 @@ class StepBuffers:
                 update_ratios=torch.full((used, self.params), nan, dtype=torch.float64),
                 losses=empty,
                 loss_counts=torch.zeros(used, dtype=torch.float64),
+                residual=torch.zeros(0),
+                optimizer=torch.full((used, self.params, 3), nan, dtype=torch.float64),
             )
         index = torch.tensor(slots, device=self.device)
         acts = self.acts
@@ -223,18 +260,35 @@ class StepBuffers:
         updates = _rows(self.updates.norms, index)
         calls = torch.tensor([self.loss_calls[s] for s in slots], dtype=torch.float64)
         losses = _rows(self.losses, index)
+        param_grads = _grad_stats(_rows(self.param_grads.norms, index))
         return Chunk(
             steps=steps,
             activations=finalize(records),
             histograms=hists.double(),
             exponents=exponents.long(),
             output_grads=_grad_stats(grads),
-            param_grads=_grad_stats(_rows(self.param_grads.norms, index)),
+            param_grads=param_grads,
             update_ratios=_ratios(updates, self.params),
             losses=torch.where(calls > 0, losses / calls.clamp(min=1), nan),
             loss_counts=calls,
+            residual=torch.zeros(0),
+            optimizer=self._against_optimizer(param_grads, updates, slots),
             has_loss=bool((calls > 0).any()),
         )
+
+    def _against_optimizer(self, param_grads: torch.Tensor, updates: torch.Tensor, slots: list[int]) -> torch.Tensor:
+        """(S, params, 3): gradient RMS, update RMS / learning rate, epsilon (`OPTIMIZER_STATS`), NaN where unknown."""
+        used, nan = len(slots), math.nan
+        settings = torch.full((used, self.params, 2), nan, dtype=torch.float64)
+        for row, slot in enumerate(slots):
+            found = self.settings[slot]
+            if found is not None:
+                settings[row] = found
+        root = self.param_sizes.clamp(min=1).sqrt()
+        change = updates[:, : self.params]
+        seen = change[..., NORM.index("count")] > 0
+        update_rms = torch.where(seen, change[..., 0].double() / root, nan) / settings[..., 0]
+        return torch.stack((param_grads[..., 0] / root, update_rms, settings[..., 1]), dim=-1)
 
 
 def _rows(table: torch.Tensor | None, index: torch.Tensor) -> torch.Tensor:

@@ -33,8 +33,12 @@ GROUPS = (
     "update_ratios",
     "unit_activity",
     "identical_units",
+    "attention",
+    "residual",
+    "optimizer",
 )
-"""What `watch()` can collect, named after the `WatchResults` fields they fill (all by default)."""
+"""What `watch()` can collect, named after the `WatchResults` fields they fill (all by default; `attention`
+wherever attention is found, `residual` wherever the model has repeated blocks, `optimizer` given one)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -129,6 +129,23 @@ class ParamRecorder:
                     table.add(slot, count + i, current[i])
         self._flat_before = None
 
+    def record_settings(self, optimizer: torch.optim.Optimizer) -> None:
+        """Keep, for the open recorded step, each watched parameter's learning rate and epsilon as `optimizer`'s
+        param groups hold them after its step (host values; a learning rate kept as a tensor on an accelerator is
+        not read: NaN, as no value is read back per step). NaN for parameters it does not train and for
+        optimizers without an epsilon."""
+        row = self.state.row
+        if row < 0 or not self.params or "optimizer" not in self.options.groups:
+            return
+        found = {id(p): group for group in optimizer.param_groups for p in group["params"]}
+        settings = torch.full((len(self.params), 2), float("nan"), dtype=torch.float64)
+        for i, parameter in enumerate(self.params):
+            group = found.get(id(parameter))
+            if group is not None:
+                settings[i, 0] = _number(group.get("lr"))
+                settings[i, 1] = _number(group.get("eps"))
+        self.buffers.set_settings(row, settings)
+
     def device(self) -> torch.device:
         """The device of the first watched parameter (the CPU without one)."""
         for parameter in self.params:
@@ -144,6 +161,13 @@ class ParamRecorder:
     def _values(self) -> list[torch.Tensor]:
         """The watched parameters' values as plain tensors: this rank's shard of a DTensor (FSDP2)."""
         return [_local(p) for p in self.params] if self._sharded else list(self.params)
+
+
+def _number(value: object) -> float:
+    """A learning rate or epsilon as a float (NaN for none, or a tuple such as Adafactor's epsilons)."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and value.device.type == "cpu":
+        return float(value)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else float("nan")
 
 
 def _flatten(tensors: list[torch.Tensor]) -> torch.Tensor:

@@ -36,12 +36,14 @@ from ..hooks import HookErrors, HookHandle, register_module_hook
 from ..hooks._calls import CalledHook
 from ..hooks._tree import is_plain
 from ..stats import combine_norms, norm_of, unit_dims
+from ._attention import AttentionRecorder
 from ._budget import Budget
 from ._buffers import StepBuffers
 from ._entry import GradHook, Staged, hook_grads, no_label, plain_grad, staged
 from ._inspect import first_float, saturation_bounds
 from ._options import WatchOptions
 from ._params import ParamRecorder
+from ._residual import ResidualRecorder
 from ._step import StepState
 
 __all__ = ["PENDING_STEPS", "PENDING_VALUES", "Recorder"]
@@ -63,6 +65,7 @@ class Recorder:
         options: The watch's options.
         state: The watch's step state, written by its `Stepper` and read here.
         budget: Where the time of these hooks is counted (hookscope's own cost).
+        blocks: The repeated blocks whose residual stream is recorded (`_residual.py`), with their paths.
     """
 
     def __init__(
@@ -72,15 +75,22 @@ class Recorder:
         options: WatchOptions,
         state: StepState,
         budget: Budget,
+        blocks: list[tuple[str, nn.Module]] | None = None,
     ) -> None:
         count = len(modules)
+        blocks = blocks or []
         self.options = options
         self.state = state
         self.budget = budget
         self.module_refs = [weakref.ref(m) for _, m in modules]
         self.bounds = [saturation_bounds(m) for _, m in modules]
-        self.buffers = StepBuffers(options, count, len(params), self.bounds, self._unit_dim)
+        sizes = [p.numel() for _, p in params]
+        self.buffers = StepBuffers(
+            options, count, len(params), self.bounds, self._unit_dim, blocks=len(blocks), param_sizes=sizes
+        )
         self.params = ParamRecorder(options, self.buffers, [p for _, p in params], state, self.drop)
+        self.residual = ResidualRecorder(blocks, self.buffers.residual, state, options.train_only)
+        self.attention = AttentionRecorder(self.buffers.attention, self.buffers, state, options.train_only)
         self.paths = [path for path, _ in modules]
         self.kinds = [type(m).__name__ for _, m in modules]
         self.param_names = [name for name, _ in params]
@@ -110,13 +120,25 @@ class Recorder:
         self.label: Callable[[str], None] = no_label  # label the open step (`"retain_graph"`)
         self.grad_where = [f"output-gradient hook on {path!r}" for path in self.paths]
 
-    def matches(self, modules: list[tuple[str, nn.Module]], params: list[tuple[str, nn.Parameter]]) -> bool:
-        """Whether `modules` and `params` have the paths and names this recorder was built for."""
-        return [p for p, _ in modules] == self.paths and [n for n, _ in params] == self.param_names
+    def matches(
+        self,
+        modules: list[tuple[str, nn.Module]],
+        params: list[tuple[str, nn.Parameter]],
+        blocks: list[tuple[str, nn.Module]] | None = None,
+    ) -> bool:
+        """Whether `modules`, `params` and `blocks` have the paths and names this recorder was built for."""
+        same_blocks = [p for p, _ in blocks or []] == self.residual.paths
+        return [p for p, _ in modules] == self.paths and [n for n, _ in params] == self.param_names and same_blocks
 
-    def rebind(self, modules: list[tuple[str, nn.Module]], params: list[tuple[str, nn.Parameter]]) -> None:
+    def rebind(
+        self,
+        modules: list[tuple[str, nn.Module]],
+        params: list[tuple[str, nn.Parameter]],
+        blocks: list[tuple[str, nn.Module]] | None = None,
+    ) -> None:
         """Point at the modules and parameters of a new fit of the same model (same paths and names)."""
         self.module_refs = [weakref.ref(m) for _, m in modules]
+        self.residual.bind([b for b in blocks or [] if b[0] in self.residual.paths])
         self.params.bind([p for _, p in params])
         self.param_shapes = [tuple(p.shape) for _, p in params]
 
@@ -135,8 +157,15 @@ class Recorder:
             tensor = self._positions[key] = torch.tensor(columns, dtype=torch.int64).to(device)
         return tensor
 
-    def register(self) -> None:
-        """Place one forward hook on every selected module."""
+    def register(self, model: nn.Module | None = None) -> None:
+        """Place one forward hook on every selected module, and those of the residual stream and of attention
+        (found in `model`, the root)."""
+        for part in (self.residual, self.attention):
+            part.lock, part.errors, part.frames = self.lock, self.errors, self.frames
+        if "residual" in self.options.groups:
+            self.residual.register()
+        if model is not None and "attention" in self.options.groups:
+            self.attention.register(model)
         self.stage = None
         for index, (path, ref) in enumerate(zip(self.paths, self.module_refs, strict=True)):
             module = ref()
@@ -153,6 +182,8 @@ class Recorder:
         """Remove the hooks and let go of the parameters and buffers; calling it again does nothing."""
         while self._handles:
             self._handles.pop().remove()
+        self.residual.remove()
+        self.attention.remove()
         self.params.bind([])
         self._positions.clear()
 
@@ -450,6 +481,8 @@ class Recorder:
         self.buffers.acts.flush()
         state["units"] = self.buffers.acts.units.state()
         state["first"] = None if self.first is None else self.first.cpu().clone()
+        state["residual_paths"] = list(self.residual.paths)
+        state.update(self.attention.state_dict())
         return state
 
     def load_state_dict(self, saved: dict[str, Any]) -> None:
@@ -463,6 +496,7 @@ class Recorder:
             [j in self.backward_order for j in range(count)],
         )
         device = self.buffers.device or self.params.device()
+        self.attention.load_state_dict(saved)
         self.buffers.acts.units.load(saved["units"], device)
         if saved["first"] is not None:
             self.first = saved["first"].to(device)

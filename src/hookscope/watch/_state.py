@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 
 __all__ = ["STATE", "check_fits", "check_state", "state_of", "stepper_state"]
 
-_VERSION = 2  # 2: histogram ranges as exponents, unit activity as the engine's table keeps it
+_VERSION = 3  # 2: histogram ranges as exponents, unit activity as the engine's table keeps it; 3: attention,
+# residual stream and optimizer tables
 
 _ROWS = ("float64",)  # the kept steps' dtype (`Chunk`)
 _TABLE = Record(
@@ -50,6 +51,9 @@ _TABLE = Record(
     param_grads=Tensor(_ROWS, shape=("steps", "params", len(GRAD_STATS))),
     update_ratios=Tensor(_ROWS, shape=("steps", "params")),
     losses=Tensor(_ROWS, shape=("steps",)),
+    residual=Tensor(_ROWS, shape=("steps", "blocks", 4)),
+    optimizer=Tensor(_ROWS, shape=("steps", "params", 3)),
+    attention=MapOf(Tensor(_ROWS, shape=("steps", "*", 4))),
     has_loss=Bool(),
     optional={"loss_counts": Tensor(_ROWS, shape=("steps",))},  # absent from older states
 )
@@ -62,6 +66,8 @@ _RECORDER_STATE = Record(
     backward_order=ListOf(Int(min=0, below="modules")),
     units=ListOf(Optional(Tensor(FLOAT, shape=(2, "*"))), length="modules"),  # active and seen values per unit
     first=Optional(Tensor(INT, shape=(2, "modules"))),
+    residual_paths=ListOf(Str(), length="blocks"),
+    attention_paths=ListOf(Str()),
     optional={"param_shapes": ListOf(ListOf(Int(min=0)), length="params")},  # absent from older states
 )
 STATE = Record(
@@ -123,7 +129,8 @@ def check_fits(saved: dict[str, Any] | None, recorder: Recorder) -> None:
     """
     if saved is None:
         return
-    if saved["paths"] != recorder.paths or saved["param_names"] != recorder.param_names:
+    same_blocks = saved["residual_paths"] == recorder.residual.paths
+    if saved["paths"] != recorder.paths or saved["param_names"] != recorder.param_names or not same_blocks:
         raise ValueError(
             f"state must be saved from a watch of the same modules, got paths {saved['paths'][:5]}... for a "
             f"watch of {recorder.paths[:5]}... (select the same modules as the run that saved it)"

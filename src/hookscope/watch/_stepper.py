@@ -146,6 +146,7 @@ class Stepper:
             return
         self.state.in_optimizer_step = False
         recorder.params.record_ratios()
+        recorder.params.record_settings(optimizer)
         self.state.optimizer_steps += 1
         if self.scaler is not None:
             self.scaler.stepped = True
@@ -278,7 +279,9 @@ class Stepper:
         self.first = merge_first(self.first, first_nonfinite(chunk, recorder.paths, orders))
         kept = self.store.add(chunk)
         if self.sinks and len(kept):
-            block = build_results(kept, recorder.paths, recorder.kinds, recorder.param_names, self.options)
+            block = build_results(
+                kept, recorder.paths, recorder.kinds, recorder.param_names, self.options, recorder.residual.paths
+            )
             for sink in self.sinks:
                 sink.write(block)
 

@@ -9,6 +9,8 @@ Names follow `wandb.watch` where it has one and hookscope's groups elsewhere:
 | `update_ratios[name]`               | `parameters/<name>/update_ratio`            |
 | `activations[path][stat]`           | `activations/<path>/<stat>`                 |
 | `output_grads[path][stat]`          | `output_gradients/<path>/<stat>`            |
+| `residual[path][stat]`              | `residual/<path>/<stat>`                    |
+| `optimizer[name][stat]`             | `optimizer/<name>/<stat>`                   |
 | `losses`                            | `hookscope/loss`, `hookscope/loss_count`    |
 | the recorded step                   | `hookscope/step` (W&B; MLflow's own step)   |
 
@@ -47,7 +49,13 @@ STEP_KEY = "hookscope/step"
 LOSS_KEY = "hookscope/loss"
 PREFIXES = ("gradients", "parameters", "activations", "output_gradients")
 """The first part of every logged name but the loss and the step (`tracker_key`)."""
-_GROUPS = {"param_grads": "gradients", "activations": "activations", "output_grads": "output_gradients"}
+_GROUPS = {
+    "param_grads": "gradients",
+    "activations": "activations",
+    "output_grads": "output_gradients",
+    "residual": "residual",
+    "optimizer": "optimizer",
+}
 FINDING_COLUMNS = ("severity", "check", "layer", "step", "message", "advice", "evidence")
 """The columns of the findings table, in order (`finding_rows`)."""
 

@@ -23,6 +23,7 @@ from ._assemble import build_results
 from ._extras import collect_extras, watch_meta
 from ._options import WatchInit, WatchOptions, method_options_signature
 from ._recorder import Recorder
+from ._residual import repeated_blocks
 from ._scaler import GradScalerSteps, check_scaler
 from ._selection import ACTIVATION_TYPES, default_selection, default_selector
 from ._state import check_fits, check_state, state_of, stepper_state
@@ -155,11 +156,13 @@ class Watch(Callback):
             for name, p in module.named_parameters(recurse=False)
             if p.requires_grad
         ]
+        found = repeated_blocks(model) if "residual" in self.options.groups else []
+        blocks = [(normalize_path(path), block) for path, block in found]
         recorder = self._recorder
-        if recorder is None or not recorder.matches(modules, params):
-            recorder = Recorder(modules, params, self.options, self.stepper.state, self.stepper.budget)
+        if recorder is None or not recorder.matches(modules, params, blocks):
+            recorder = Recorder(modules, params, self.options, self.stepper.state, self.stepper.budget, blocks)
         else:
-            recorder.rebind(modules, params)
+            recorder.rebind(modules, params, blocks)
         self._check_pending_state(recorder)  # before anything changes: a state that does not fit is refused
         self._model_ref = weakref.ref(model)
         self._optimizer_ref = None if optimizer is None else weakref.ref(optimizer)
@@ -175,7 +178,7 @@ class Watch(Callback):
         recorder.lock, recorder.errors, recorder.label = self._lock, self.errors, self.stepper.label
         frames = ForwardFrames(self.options.train_only, self.stepper.frame_ended, self.stepper.frame_began)
         recorder.frames = frames
-        recorder.register()
+        recorder.register(model)
         self._frame_handles = frames.register(model, owner=self, tags=("watch",), errors=self.errors)
         self._attached = True
 
@@ -254,7 +257,9 @@ class Watch(Callback):
             stepper.end_step()
         stepper.flush()
         table = stepper.store.table()
-        results = build_results(table, recorder.paths, recorder.kinds, recorder.param_names, self.options)
+        results = build_results(
+            table, recorder.paths, recorder.kinds, recorder.param_names, self.options, recorder.residual.paths
+        )
         extras = collect_extras(recorder, model=_alive(self._model_ref))
         results.unit_activity = extras.unit_activity
         results.identical_units = extras.identical_units
