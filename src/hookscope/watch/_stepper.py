@@ -120,6 +120,7 @@ class Stepper:
         if recorder is None:
             return
         state.backwards += 1
+        start = time.perf_counter()
         if self.scaler is not None:
             recorder.set_grad_factor(self.scaler.factor())
         if self._optimizer is None:
@@ -127,6 +128,7 @@ class Stepper:
         elif state.in_optimizer_step and not state.closure_grads:
             state.closure_grads = True
             recorder.params.record_grads()
+        self.budget.add_own(time.perf_counter() - start)  # the parameters' work is hookscope's cost too
 
     def optimizer_step_starting(self, optimizer: torch.optim.Optimizer) -> None:
         """Open the step if it has not begun (a closure step), take the parameter gradients, copy the weights."""
@@ -136,8 +138,10 @@ class Stepper:
         if self._optimizer is not None:
             self._ensure_step()
         self.state.in_optimizer_step, self.state.closure_grads = True, False
+        start = time.perf_counter()
         recorder.params.record_grads()
         recorder.params.snapshot()
+        self.budget.add_own(time.perf_counter() - start)
 
     def optimizer_step_ended(self, optimizer: torch.optim.Optimizer) -> None:
         """Record the update ratios and count the step."""
@@ -145,8 +149,10 @@ class Stepper:
         if recorder is None or not self.is_ours(optimizer):
             return
         self.state.in_optimizer_step = False
+        start = time.perf_counter()
         recorder.params.record_ratios()
         recorder.params.record_settings(optimizer)
+        self.budget.add_own(time.perf_counter() - start)
         self.state.optimizer_steps += 1
         if self.scaler is not None:
             self.scaler.stepped = True
