@@ -156,3 +156,16 @@ def test_the_results_and_the_report_say_in_words_what_was_measured(tmp_path: Pat
     assert words.startswith("Measured 1 step in 2 (every=2): 3 of 5 steps; hookscope took ")
     page = write_report(tmp_path / "report", results)
     assert "Measured 1 step in 2 (every=2): 3 of 5 steps" in Path(page).read_text(encoding="utf-8")
+
+
+def test_a_pause_between_steps_earns_no_more_than_two_typical_steps(clock: FakeClock) -> None:
+    budget, measured = Budget(0.03, every=1), []
+    for step in range(200):
+        if budget.begin(step):
+            measured.append(step)
+            budget.add_own(5e-3)
+            clock.now += 5e-3
+        clock.now += 1e-3
+        if step == 100:
+            clock.now += 10.0  # an eval loop between two training steps: not the step's time
+    assert 16 in measured and not any(17 <= s <= 110 for s in measured)

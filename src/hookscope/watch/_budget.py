@@ -48,6 +48,7 @@ class Budget:
         self._credit = 0.0  # the token bucket: seconds hookscope may still spend
         self._spent = 0.0  # own seconds since the last step began
         self._began: float | None = None  # when the open step began (perf_counter)
+        self._typical: float | None = None  # a running mean of the time of steps not measured
 
     def add_own(self, seconds: float) -> None:
         """Count `seconds` of hookscope's own work."""
@@ -82,9 +83,13 @@ class Budget:
         elif not self._chosen:
             self.skipped[0] += 1
             self.skipped[1] += elapsed
+        # a pause between steps (an eval loop, say) counts as no more than two typical steps
+        own = elapsed - self._spent if self._typical is None else min(elapsed - self._spent, 2 * self._typical)
+        if not self._chosen:
+            self._typical = own if self._typical is None else 0.9 * self._typical + 0.1 * own
         if self.budget is not None and self._step >= WARMUP_STEPS:  # the warm-up is free
             # earn a share of the step's own time, spend what hookscope took; a cheap stretch is not banked
-            earned = self.budget * (elapsed - self._spent)
+            earned = self.budget * own
             self._credit = min(self._credit + earned - self._spent, earned)
         self.own += self._spent
         self.largest = max(self.largest, self._spent)
