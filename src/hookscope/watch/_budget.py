@@ -16,6 +16,8 @@ counted (no synchronization is ever added to time them).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 __all__ = ["WARMUP_STEPS", "Budget"]
@@ -53,6 +55,15 @@ class Budget:
     def add_own(self, seconds: float) -> None:
         """Count `seconds` of hookscope's own work."""
         self._spent += seconds
+
+    @contextmanager
+    def timed(self) -> Iterator[None]:
+        """Count the time of the `with` block as hookscope's own work (also when it raises)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._spent += time.perf_counter() - start
 
     def begin(self, step: int) -> bool:
         """Step number `step` (counted from 0) begins: settle the previous step, and return whether this one is

@@ -10,7 +10,6 @@ the run ends, moves closed steps to the host store and the sinks (`flush`), and 
 from __future__ import annotations
 
 import threading
-import time
 import warnings
 import weakref
 from collections.abc import Callable
@@ -120,15 +119,14 @@ class Stepper:
         if recorder is None:
             return
         state.backwards += 1
-        start = time.perf_counter()
-        if self.scaler is not None:
-            recorder.set_grad_factor(self.scaler.factor())
-        if self._optimizer is None:
-            recorder.params.record_grads()
-        elif state.in_optimizer_step and not state.closure_grads:
-            state.closure_grads = True
-            recorder.params.record_grads()
-        self.budget.add_own(time.perf_counter() - start)  # the parameters' work is hookscope's cost too
+        with self.budget.timed():  # the parameters' work is hookscope's cost too
+            if self.scaler is not None:
+                recorder.set_grad_factor(self.scaler.factor())
+            if self._optimizer is None:
+                recorder.params.record_grads()
+            elif state.in_optimizer_step and not state.closure_grads:
+                state.closure_grads = True
+                recorder.params.record_grads()
 
     def optimizer_step_starting(self, optimizer: torch.optim.Optimizer) -> None:
         """Open the step if it has not begun (a closure step), take the parameter gradients, copy the weights."""
@@ -138,10 +136,9 @@ class Stepper:
         if self._optimizer is not None:
             self._ensure_step()
         self.state.in_optimizer_step, self.state.closure_grads = True, False
-        start = time.perf_counter()
-        recorder.params.record_grads()
-        recorder.params.snapshot()
-        self.budget.add_own(time.perf_counter() - start)
+        with self.budget.timed():
+            recorder.params.record_grads()
+            recorder.params.snapshot()
 
     def optimizer_step_ended(self, optimizer: torch.optim.Optimizer) -> None:
         """Record the update ratios and count the step."""
@@ -149,10 +146,9 @@ class Stepper:
         if recorder is None or not self.is_ours(optimizer):
             return
         self.state.in_optimizer_step = False
-        start = time.perf_counter()
-        recorder.params.record_ratios()
-        recorder.params.record_settings(optimizer)
-        self.budget.add_own(time.perf_counter() - start)
+        with self.budget.timed():
+            recorder.params.record_ratios()
+            recorder.params.record_settings(optimizer)
         self.state.optimizer_steps += 1
         if self.scaler is not None:
             self.scaler.stepped = True
@@ -231,11 +227,8 @@ class Stepper:
         if recorder is None or (state.row < 0 and not state.checking):
             state.skipping = False
             return
-        start = time.perf_counter()
-        try:
+        with self.budget.timed():
             self._close_step(recorder, state)
-        finally:
-            self.budget.add_own(time.perf_counter() - start)
 
     def _close_step(self, recorder: Recorder, state: StepState) -> None:
         if state.checking:
@@ -269,11 +262,8 @@ class Stepper:
         recorder = self.recorder
         if recorder is None:
             return
-        start = time.perf_counter()
-        try:
+        with self.budget.timed():
             self._flush(recorder)
-        finally:
-            self.budget.add_own(time.perf_counter() - start)
 
     def _flush(self, recorder: Recorder) -> None:
         recorder.write_pending()
