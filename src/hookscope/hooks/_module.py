@@ -10,6 +10,7 @@ import torch.nn as nn
 import torch.nn.modules.module as module_globals
 
 from .._check import check_callable, checked, one_of
+from .._torch import handle_key
 from ._calls import CalledHook, HookErrors, hook_name
 from ._copies import forget_copies, strip_copies
 from ._guards import check_hookable, warn_if_compiled
@@ -62,26 +63,60 @@ def register_module_hook(
     check_callable("hook", hook, arguments, f"for {kind!r} hooks{' with kwargs' if with_kwargs else ''}")
     warn_if_compiled(module)
     hook = CalledHook(hook, errors, f"{kind} hook {hook_name(hook)} on {path or type(module).__name__}")
-    if kind == "forward_pre":
-        handle = module.register_forward_pre_hook(hook, prepend=prepend, with_kwargs=with_kwargs)
-    elif kind == "forward":
-        handle = module.register_forward_hook(hook, prepend=prepend, with_kwargs=with_kwargs, always_call=always_call)
-    elif kind == "backward_pre":
-        handle = module.register_full_backward_pre_hook(hook, prepend=prepend)
-    elif kind == "backward":
-        handle = module.register_full_backward_hook(hook, prepend=prepend)
-    else:
-        raise ValueError(f"kind must be one of {MODULE_KINDS}, got {kind!r}")
-    strip_copies(module)  # a copy or a pickle of the module leaves this hook behind
+    placement = _ModulePlacement(module, kind, hook, prepend, with_kwargs, always_call)
+    placement.place()
     reference = weakref.ref(module)
 
     def remove() -> None:
-        handle.remove()
+        placement.lift()
         alive = reference()
         if alive is not None:
             forget_copies(alive)
 
-    return REGISTRY.add(kind, [remove], target=module, owner=owner, path=path, tags=tags, torch_handles=[handle])
+    return REGISTRY.add(
+        kind, [remove], target=module, owner=owner, path=path, tags=tags, torch_handles=[placement.handle],
+        placement=placement,
+    )  # fmt: skip
+
+
+class _ModulePlacement:
+    """One module hook's registration with torch: `place()` registers it (again), `lift()` removes it. A copy or
+    a pickle of the module leaves the hook behind (`strip_copies`, renewed at each placing)."""
+
+    __slots__ = ("always_call", "handle", "hook", "kind", "module", "prepend", "with_kwargs")
+
+    def __init__(
+        self, module: nn.Module, kind: str, hook: CalledHook, prepend: bool, with_kwargs: bool, always_call: bool
+    ) -> None:
+        self.module = weakref.ref(module)
+        self.kind, self.hook = kind, hook
+        self.prepend, self.with_kwargs, self.always_call = prepend, with_kwargs, always_call
+        self.handle: Any = None
+
+    def place(self) -> frozenset[tuple[int, int]]:
+        module, kind, hook = self.module(), self.kind, self.hook
+        if module is None:
+            return frozenset()
+        if kind == "forward_pre":
+            handle = module.register_forward_pre_hook(hook, prepend=self.prepend, with_kwargs=self.with_kwargs)
+        elif kind == "forward":
+            handle = module.register_forward_hook(
+                hook, prepend=self.prepend, with_kwargs=self.with_kwargs, always_call=self.always_call
+            )
+        elif kind == "backward_pre":
+            handle = module.register_full_backward_pre_hook(hook, prepend=self.prepend)
+        elif kind == "backward":
+            handle = module.register_full_backward_hook(hook, prepend=self.prepend)
+        else:
+            raise ValueError(f"kind must be one of {MODULE_KINDS}, got {kind!r}")
+        self.handle = handle
+        strip_copies(module)
+        return frozenset({handle_key(handle)})
+
+    def lift(self) -> None:
+        handle, self.handle = self.handle, None
+        if handle is not None:
+            handle.remove()
 
 
 @checked(kind=one_of(_GLOBAL_KINDS))

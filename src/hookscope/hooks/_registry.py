@@ -14,11 +14,11 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 from .._torch import handle_key
 
-__all__ = ["KINDS", "REGISTRY", "HookHandle", "HookRegistry", "Scope", "scope"]
+__all__ = ["KINDS", "REGISTRY", "HookHandle", "HookRegistry", "Placement", "Scope", "scope"]
 
 KINDS = frozenset(
     {
@@ -42,8 +42,22 @@ KINDS = frozenset(
 Remover = Callable[[], None]
 
 
+class Placement(Protocol):
+    """How a pausable hook comes off its target and goes back on (`HookHandle.pause` / `resume`)."""
+
+    def lift(self) -> None:
+        """Take the hook off its target (torch no longer calls it)."""
+
+    def place(self) -> frozenset[tuple[int, int]]:
+        """Put the hook back on its target; return the `torch_ids` of the torch handles now behind it."""
+
+
 class HookHandle:
     """A hook that hookscope placed: `remove()` is idempotent and the handle is a context manager.
+
+    A module hook can also be paused: `pause()` takes it off the module (torch no longer calls it, so a module
+    whose hooks are all paused runs torch's fast path) while it stays registered and listed; `resume()` puts it
+    back, after the hooks placed on that module meanwhile.
 
     Attributes:
         id: A number unique within the process.
@@ -56,6 +70,8 @@ class HookHandle:
     __slots__ = (
         "__weakref__",
         "_owner",
+        "_paused",
+        "_placement",
         "_registry",
         "_removers",
         "_target",
@@ -78,6 +94,7 @@ class HookHandle:
         path: str | None,
         tags: frozenset[str],
         torch_ids: frozenset[tuple[int, int]],
+        placement: Placement | None = None,
     ) -> None:
         self.id = hook_id
         self.kind = kind
@@ -85,6 +102,8 @@ class HookHandle:
         self.tags = tags
         self.torch_ids = torch_ids
         self._removers: list[Remover] | None = removers
+        self._placement = placement
+        self._paused = False
         self._registry = registry
         self._owner = _weak_or_strong(owner)
         self._target = None if target is None else weakref.ref(target, registry._target_died(hook_id))
@@ -104,6 +123,31 @@ class HookHandle:
     def is_removed(self) -> bool:
         """Whether `remove()` already ran."""
         return self._removers is None
+
+    @property
+    def is_paused(self) -> bool:
+        """Whether the hook is off its target for now (`pause()`)."""
+        return self._paused
+
+    def pause(self) -> None:
+        """Take the hook off its target until `resume()`; it stays registered. Nothing happens if it is already
+        paused or removed.
+
+        Raises:
+            TypeError: the hook is not a module hook (only those can pause).
+        """
+        if self._placement is None:
+            raise TypeError(f"only module hooks can be paused, not a {self.kind!r} hook; remove() it instead")
+        if not self._paused and self._removers is not None:
+            self._placement.lift()
+            self._paused = True
+
+    def resume(self) -> None:
+        """Put a paused hook back on its target (after the hooks placed there meanwhile); nothing happens if it is
+        not paused, or removed."""
+        if self._paused and self._removers is not None and self._placement is not None:
+            self.torch_ids = self._placement.place()
+            self._paused = False
 
     def add_remover(self, remover: Remover) -> None:
         """Run `remover` too when the hook is removed (at once if it already was)."""
@@ -191,8 +235,10 @@ class HookRegistry:
         path: str | None = None,
         tags: Iterable[str] = (),
         torch_handles: Iterable[Any] = (),
+        placement: Placement | None = None,
     ) -> HookHandle:
-        """Record a registration and return its handle; the innermost active scope takes it too."""
+        """Record a registration and return its handle; the innermost active scope takes it too (`placement`: how
+        a pausable hook comes off and goes back)."""
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {sorted(KINDS)}, got {kind!r}")
         torch_ids = frozenset(handle_key(h) for h in torch_handles)
@@ -200,7 +246,7 @@ class HookRegistry:
             self._purge()
             handle = HookHandle(
                 self, next(self._ids), kind, removers, target=target, owner=owner, path=path,
-                tags=frozenset(tags), torch_ids=torch_ids,
+                tags=frozenset(tags), torch_ids=torch_ids, placement=placement,
             )  # fmt: skip
             self._handles[handle.id] = handle
         scopes = _ACTIVE_SCOPES.get()
