@@ -284,7 +284,7 @@ def warmup_steps(quick: bool) -> int:
     """Untimed steps before the rounds: past the steps a budgeted watch measures whatever they cost (its warm-up),
     so that every configuration is timed at its steady rate."""
     try:
-        from hookscope.watch._budget import WARMUP_STEPS
+        from hookscope.callbacks._budget import WARMUP_STEPS
     except ImportError:
         WARMUP_STEPS = 0
     return (2 if quick else 5) + WARMUP_STEPS

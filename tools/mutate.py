@@ -57,7 +57,7 @@ TARGETS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "src/hookscope/watch/_recorder.py",
             "src/hookscope/watch/_step.py",
             "src/hookscope/watch/_stepper.py",
-            "src/hookscope/watch/_budget.py",
+            "src/hookscope/callbacks/_budget.py",
         ),
         ("tests/watch",),
     ),

@@ -15,12 +15,13 @@ import pytest
 import torch
 import torch.nn as nn
 
-from hookscope.watch import _budget, watch
-from hookscope.watch._budget import WARMUP_STEPS, Budget
+from hookscope.callbacks import _budget
+from hookscope.callbacks._budget import WARMUP_STEPS, Budget
+from hookscope.watch import watch
 
 
 class FakeClock:
-    """`time.perf_counter` of `hookscope.watch._budget`, advanced by hand."""
+    """`time.perf_counter` of `hookscope.callbacks._budget`, advanced by hand."""
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -52,7 +53,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
 def test_an_expensive_measurement_is_spaced_to_keep_the_budget(clock: FakeClock) -> None:
     budget = Budget(0.03, every=1)
     measured = simulate(budget, clock, 2000, step_time=1e-3, cost=5e-3)  # every step measured would be 6x
-    assert measured[:WARMUP_STEPS] == list(range(WARMUP_STEPS))
+    assert measured[:WARMUP_STEPS] == list(range(WARMUP_STEPS)) and WARMUP_STEPS not in measured  # then a probe
     later = [s for s in measured if s >= WARMUP_STEPS]
     gaps = {b - a for a, b in itertools.pairwise(later)}
     # a measured step costs 5 ms; 3 % of each 1 ms step pays for it after about 5 ms / 0.03 ms = 167 steps
@@ -68,7 +69,8 @@ def test_an_expensive_measurement_is_spaced_to_keep_the_budget(clock: FakeClock)
 
 def test_a_cheap_measurement_is_made_every_step(clock: FakeClock) -> None:
     budget = Budget(0.03, every=1)
-    assert simulate(budget, clock, 300, step_time=1e-3, cost=1e-5) == list(range(300))  # 1 % < 3 %
+    # 1 % < 3 %: all but the first step after the warm-up, left alone to learn what a step takes without it
+    assert simulate(budget, clock, 300, step_time=1e-3, cost=1e-5) == [s for s in range(300) if s != WARMUP_STEPS]
 
 
 def test_every_measures_exactly_every_nth_step_whatever_it_costs(clock: FakeClock) -> None:
@@ -168,4 +170,130 @@ def test_a_pause_between_steps_earns_no_more_than_two_typical_steps(clock: FakeC
         clock.now += 1e-3
         if step == 100:
             clock.now += 10.0  # an eval loop between two training steps: not the step's time
-    assert 16 in measured and not any(17 <= s <= 110 for s in measured)
+    assert 17 in measured and not any(18 <= s <= 110 for s in measured)
+
+
+# ---- steps not measured leave the model alone ----------------------------------------------------------------
+
+
+def schedule(monkeypatch: pytest.MonkeyPatch, measured: set[int]) -> None:
+    """Make the budget measure exactly `measured` (its decisions, not its clock, are what these tests are about)."""
+    monkeypatch.setattr(Budget, "_rule", lambda self, step, credit: step in measured)
+
+
+def ours_on(module: nn.Module) -> int:
+    """How many of hookscope's hooks torch would call on `module` now (read from torch's own tables)."""
+    from hookscope._torch import module_hooks
+    from hookscope.hooks._calls import CalledHook
+
+    return sum(isinstance(hook, CalledHook) for table in module_hooks(module).values() for hook in table.values())
+
+
+@pytest.mark.parametrize("with_optimizer", [True, False])
+def test_a_step_not_measured_runs_without_hookscope_hooks_and_the_next_measured_one_records_it_all(
+    monkeypatch: pytest.MonkeyPatch, with_optimizer: bool
+) -> None:
+    measured = {0, 1, 2, 7, 8, 15}
+    schedule(monkeypatch, measured)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1) if with_optimizer else None
+    seen: list[tuple[int, float]] = []  # (hookscope hooks on model[1] during the forward, model[0]'s output mean)
+    model[0].register_forward_hook(lambda m, a, out: seen.append((ours_on(model[1]), out.mean().item())))
+    with watch(model, optimizer) as w:
+        for _ in range(16):
+            if optimizer is not None:
+                optimizer.zero_grad()
+            model(torch.randn(8, 4)).square().mean().backward()
+            if optimizer is not None:
+                optimizer.step()
+    results = w.results()
+    assert results.steps.tolist() == sorted(measured)
+    assert [step for step, (hooks, _) in enumerate(seen) if hooks] == sorted(measured)
+    oracle = torch.tensor([mean for step, (_, mean) in enumerate(seen) if step in measured], dtype=torch.float64)
+    torch.testing.assert_close(results.activations["0"]["mean"], oracle, rtol=1e-5, atol=1e-7)
+    assert bool(torch.isfinite(results.param_grads["0.weight"]["norm"]).all())
+    if optimizer is not None:  # the step after one left alone has its update ratios, as any measured step
+        assert bool(torch.isfinite(results.update_ratios["0.weight"]).all())
+    assert ours_on(model[1]) == 0  # detached: removed, paused or not
+
+
+def test_while_steps_are_left_alone_the_optimizer_hooks_alone_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    schedule(monkeypatch, {0})
+    model = nn.Sequential(nn.Linear(4, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with watch(model, optimizer) as w:
+        for step in range(3):
+            optimizer.zero_grad()
+            model(torch.randn(2, 4)).sum().backward()
+            optimizer.step()
+            # after each optimizer step the next step is decided: left alone, nothing of ours on the model
+            assert ours_on(model) == 0 and ours_on(model[0]) == 0, step
+    assert w.results().meta["measured"]["steps"] == 3 and w.results().steps.tolist() == [0]
+
+
+def test_attention_and_the_residual_stream_are_measured_after_steps_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hookscope.demo import TinyGPT
+
+    measured = {0, 5, 9}
+    schedule(monkeypatch, measured)
+    torch.manual_seed(0)
+    model = TinyGPT()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    ids = torch.randint(0, 64, (4, 17))
+    with watch(model, optimizer) as w:
+        for _ in range(10):
+            optimizer.zero_grad()
+            logits = model(ids[:, :-1])
+            nn.functional.cross_entropy(logits.reshape(-1, 64), ids[:, 1:].reshape(-1)).backward()
+            optimizer.step()
+    results = w.results()
+    assert results.steps.tolist() == [0, 5, 9]
+    assert set(results.attention) == {"blocks.0.attn", "blocks.1.attn"}
+    for series in results.attention.values():
+        assert bool(torch.isfinite(series["max_logit"]).all()) and bool(torch.isfinite(series["entropy"]).all())
+    assert bool(torch.isfinite(results.residual["blocks.1"]["max"]).all())
+
+
+def test_a_decided_step_keeps_its_decision_when_it_begins(clock: FakeClock) -> None:
+    budget = Budget(0.03, every=1)
+    simulate(budget, clock, WARMUP_STEPS + 1, step_time=1e-3, cost=5e-3)  # the last one overdraws the budget
+    budget.begin(WARMUP_STEPS + 1)
+    budget.add_own(5e-3)
+    clock.now += 1e-3
+    assert budget.decide(WARMUP_STEPS + 2) is False  # the open step's earning so far does not pay for one
+    assert budget.begin(WARMUP_STEPS + 2) is False
+
+
+def test_what_a_measured_step_takes_beyond_a_step_left_alone_is_spent_even_when_not_timed(clock: FakeClock) -> None:
+    budget, measured = Budget(0.03, every=1), []
+    for step in range(400):
+        if budget.begin(step):
+            measured.append(step)
+            clock.now += 4e-3  # hooks traced into a compiled graph: the step is longer, nothing is timed
+        clock.now += 1e-3
+    budget.settle()
+    later = [s for s in measured if s > WARMUP_STEPS]
+    # 4 ms beyond a 1 ms step, paid by 3 % of 1 ms a step: one measured step in about 133
+    assert later and all(b - a >= 120 for a, b in itertools.pairwise(later))
+    assert budget.summary()["after_warmup"]["seconds"] == pytest.approx(4e-3 * len(later))
+
+
+def test_steps_ended_at_their_optimizer_step_are_timed_alike_wherever_they_are_seen_to_begin(clock: FakeClock) -> None:
+    # a measured step is seen from its forward, one left alone from its optimizer step (0.9 ms later): ended at
+    # the optimizer step, both are timed from the end of the step before, and the offset is no cost
+    budget, measured = Budget(0.03, every=1), 0
+    for step in range(300):
+        chosen = budget.decide(step)
+        if not chosen:
+            clock.now += 0.9e-3  # forward and backward, unseen
+        assert budget.begin(step) is chosen
+        if chosen:
+            measured += step > WARMUP_STEPS
+            budget.add_own(2e-5)
+            clock.now += 0.9e-3 + 2e-5
+        clock.now += 0.1e-3  # the optimizer step
+        budget.end()
+    summary = budget.summary()
+    assert summary["after_warmup"]["seconds"] == pytest.approx(2e-5 * measured)
+    assert measured > 250  # 2 % of the step: nearly every step is measured

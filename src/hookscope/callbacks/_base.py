@@ -119,6 +119,8 @@ class LoopDriver:
         self.is_batch_open = False
         self.train_only = train_only
         self._handles: list[HookHandle] = []
+        self._root_handles: list[HookHandle] = []  # the hooks on the model (paused while dormant)
+        self.is_dormant = False
         self._started: list[Callback] = []
         self._detached = False
         self._lock = threading.RLock()  # forwards from several threads begin and end batches one at a time
@@ -134,12 +136,31 @@ class LoopDriver:
 
     def _register(self, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
         tags = ("LoopDriver",)
-        add = self._handles.append
+        add = self._root_handles.append
         add(register_module_hook(model, "forward_pre", eager(self._forward_pre), owner=self, tags=tags, prepend=True))
         if self._wants_backward:
             add(register_module_hook(model, "forward", eager(self._forward), owner=self, tags=tags))
+        self._handles.extend(self._root_handles)
         if optimizer is not None:
             self.add_optimizer(optimizer)
+
+    def set_dormant(self, dormant: bool) -> None:
+        """Stop following the model's forwards (`True`: the open batch ends, no batch or backward event comes and
+        the root's hooks are paused, so a forward costs nothing), or follow them again (`False`). The optimizer's
+        events go on. A callback that measures only some steps (`watch()` under its budget) uses it between the
+        steps it leaves alone; call it outside a forward of the model.
+        """
+        if dormant == self.is_dormant or self._detached:
+            return
+        if dormant:
+            with self._lock:
+                self.end_batch()
+        self.is_dormant = dormant
+        for handle in self._root_handles:
+            if dormant:
+                handle.pause()
+            else:
+                handle.resume()
 
     def add_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Emit `before/after_optimizer_step` around the steps of `optimizer` from now on."""

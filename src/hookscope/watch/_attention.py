@@ -10,7 +10,8 @@ by its always-called forward hook, even when the forward raises; other threads' 
 each call runs as it is, its result goes back unchanged, and its inputs are described on the device
 (`hookscope.stats.describe_attention`) into the open step's row of an `AttentionTable`, under the path of the
 innermost module running. The first recorded training forward finds the attention modules (hooks on every module
-that may compute one); from then on only those keep hooks (to name the module). Measured: every recorded step
+that may compute one); from then on only those keep hooks (to name the module), and a model without attention
+keeps none. Measured: every recorded step
 (`every`), at most `hookscope.stats.ATTENTION_VALUES` logits per call (the `sampled` statistic says how many
 queries were left out). Nothing is read back to the host. Not measured under `torch.compile` (the hooks are
 traced, and wrapping functions inside a graph would break it).
@@ -171,7 +172,7 @@ class AttentionRecorder:
         self.frames: ForwardFrames | None = None
         self._local = threading.local()  # this thread's stack of running modules, and whether it measures
         self._handles: list[HookHandle] = []
-        self._candidates: dict[str, HookHandle] = {}
+        self._candidates: dict[str, tuple[HookHandle, HookHandle]] = {}  # path -> its two naming hooks
 
     # ---- hooks -------------------------------------------------------------------------------------------------
     def register(self, model: nn.Module) -> None:
@@ -187,9 +188,17 @@ class AttentionRecorder:
         """Remove every hook; calling it again does nothing."""
         while self._handles:
             self._handles.pop().remove()
-        for handle in self._candidates.values():
-            handle.remove()
+        for pair in self._candidates.values():
+            for handle in pair:
+                handle.remove()
         self._candidates.clear()
+
+    def pausable(self, root: bool = False) -> list[HookHandle]:
+        """The hooks that may pause between measured steps: those naming the modules, and with `root` the root's
+        (only when they are placed back outside a forward of the root: a forward pre-hook placed back while the
+        root's own pre-hooks run would miss that forward)."""
+        named = [handle for pair in self._candidates.values() for handle in pair]
+        return [*self._handles, *named] if root else named
 
     def _hook(self, module: nn.Module, path: str, kind: str, hook: Callable[..., None], **extra: Any) -> HookHandle:
         return register_module_hook(module, kind, hook, owner=self, path=path, tags=_TAGS, errors=self.errors, **extra)
@@ -209,10 +218,11 @@ class AttentionRecorder:
 
         first = self._hook(module, path, "forward_pre", enter)
         second = self._hook(module, path, "forward", leave, always_call=True)
-        first.add_remover(second.remove)
-        self._candidates[path] = first
+        self._candidates[path] = (first, second)
 
     def _root_enter(self, module: nn.Module, args: Any) -> None:
+        if self.is_discovered and not self.found:  # the first measured forward computed no attention
+            return
         if torch.compiler.is_compiling() or getattr(self._local, "measuring", False) or not self._is_measured(module):
             return
         self._local.stack = [("", weakref.ref(module))]
@@ -244,7 +254,11 @@ class AttentionRecorder:
         """The first measured forward completed: keep the hooks naming the attention modules only."""
         self.is_discovered = True
         for path in [p for p in self._candidates if p not in self.found]:
-            self._candidates.pop(path).remove()
+            for handle in self._candidates.pop(path):
+                handle.remove()
+        if not self.found:  # no attention: the root's hooks have nothing to do either
+            while self._handles:
+                self._handles.pop().remove()
 
     def _is_measured(self, module: nn.Module) -> bool:
         """Whether the root forward starting now is a training forward of a recorded step."""

@@ -101,6 +101,11 @@ class ParamRecorder:
                 foreach_copy_(copies, [current[i] for i in large])
         self._snapshot_row = self.state.row
 
+    @property
+    def is_snapshot_pending(self) -> bool:
+        """Whether weights copied before an optimizer step wait for `record_ratios`."""
+        return self._snapshot_row >= 0
+
     def record_ratios(self) -> None:
         """Describe the change of each watched parameter in the optimizer step and its weight after it."""
         row, copies = self._snapshot_row, self._copies

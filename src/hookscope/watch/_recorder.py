@@ -31,13 +31,13 @@ import torch
 import torch.nn as nn
 
 from .._torch import is_view
+from ..callbacks._budget import Budget
 from ..callbacks._steps import ForwardFrames, Frame, uncounted
 from ..hooks import HookErrors, HookHandle, register_module_hook
 from ..hooks._calls import CalledHook
 from ..hooks._tree import is_plain
 from ..stats import combine_norms, norm_of, unit_dims
 from ._attention import AttentionRecorder
-from ._budget import Budget
 from ._buffers import StepBuffers
 from ._entry import GradHook, Staged, hook_grads, no_label, plain_grad, staged
 from ._inspect import first_float, saturation_bounds
@@ -119,6 +119,8 @@ class Recorder:
         self.frames: ForwardFrames | None = None  # the root forwards running, per thread
         self.label: Callable[[str], None] = no_label  # label the open step (`"retain_graph"`)
         self.grad_where = [f"output-gradient hook on {path!r}" for path in self.paths]
+        self._paused: list[HookHandle] = []  # the hooks `set_awake(False)` took off, to put back
+        self.is_traced = False  # a hook was traced by torch.compile: the hooks stay on
 
     def matches(
         self,
@@ -167,6 +169,7 @@ class Recorder:
         if model is not None and "attention" in self.options.groups:
             self.attention.register(model)
         self.stage = None
+        self._paused = []
         for index, (path, ref) in enumerate(zip(self.paths, self.module_refs, strict=True)):
             module = ref()
             if module is not None:
@@ -178,8 +181,31 @@ class Recorder:
                 )
                 self._handles.append(handle)
 
+    def set_awake(self, awake: bool, *, root: bool = False) -> None:
+        """Put the paused hooks back on the modules (`awake`), or take the per-module hooks off for a step neither
+        measured nor checked (with `root`, the attention hooks on the root too: call it outside a forward then). A
+        module without hooks runs torch's fast path, so such a step costs nothing per module; the hooks stay
+        registered (paused). A model traced by `torch.compile` keeps them: its graph holds the hooks it was traced
+        with, and one traced while they are off would never record."""
+        if awake:
+            paused, self._paused = self._paused, []
+            for handle in paused:
+                handle.resume()
+        elif not self.is_traced:
+            hooks = (*self._handles, *self.residual.pausable(), *self.attention.pausable(root))
+            for handle in hooks:
+                if not handle.is_paused:
+                    handle.pause()
+                    self._paused.append(handle)
+
+    @property
+    def is_awake(self) -> bool:
+        """Whether every hook of this recorder is on its module (none paused by `set_awake`)."""
+        return not self._paused
+
     def remove(self) -> None:
         """Remove the hooks and let go of the parameters and buffers; calling it again does nothing."""
+        self._paused = []
         while self._handles:
             self._handles.pop().remove()
         self.residual.remove()
@@ -283,6 +309,7 @@ class Recorder:
 
     def _traced_forward(self, index: int, output: Any) -> None:
         # Traced by torch.compile: read one flag, append to one list, register gradient hooks; nothing else.
+        self.is_traced = True  # set while tracing (a constant of the trace, not in the graph)
         x = first_float(output)
         if x is None:
             return

@@ -109,6 +109,10 @@ class ResidualRecorder:
             self._handles.pop().remove()
         self._blocks = []
 
+    def pausable(self) -> list[HookHandle]:
+        """The hooks that may pause between measured steps (all of them)."""
+        return list(self._handles)
+
     def _hook(self, index: int) -> Any:
         def hook(module: nn.Module, args: Any, output: Any) -> None:
             if torch.compiler.is_compiling() or self.state.row < 0:

@@ -27,7 +27,7 @@ class StepState:
     checking: bool = False  # the open step is unrecorded and its non-finite values are checked
     recording: bool = False  # inside a training batch of a recorded step (read by traced hooks)
     checking_now: bool = False  # inside a training batch of a checked step (read by traced hooks)
-    skipping: bool = False  # inside a training batch of a step neither measured nor checked: hooks return at once
+    skipping: bool = False  # inside a training batch of a step neither measured nor checked: hooks are off
     in_optimizer_step: bool = False  # between the optimizer's step pre- and post-hook (a closure runs there)
     closure_grads: bool = False  # parameter gradients were taken from a backward inside the optimizer's step
     skipped: list[int] = field(default_factory=list)  # steps the scaler skipped (non-finite gradients)

@@ -19,10 +19,10 @@ import torch
 import torch.nn as nn
 
 from .._errors import UnobservedModuleWarning
+from ..callbacks._budget import Budget
 from ..callbacks._steps import Frame
 from ..results import WatchResults, first_nonfinite, merge_first
 from ._assemble import build_results
-from ._budget import Budget
 from ._extras import collect_extras
 from ._options import WatchOptions
 from ._recorder import Recorder
@@ -70,6 +70,11 @@ class Stepper:
         self._doctor: Any = None
         self._doctor_at = 0
         self._has_doctor = options.doctor
+        self.dormancy: Callable[[bool], bool] | None = None  # the watch's: leave the model alone until the next
+        # optimizer step (`True`) or follow it again (`False`), returning whether it does; set when its own loop
+        # driver drives it
+        self.is_dormant = False  # the model is left alone until the next optimizer step
+        self._checks_skipped = options.checks_skipped_steps
 
     # ---- what the stepper follows ----------------------------------------------------------------------------
     def bind(self, recorder: Recorder, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
@@ -107,6 +112,9 @@ class Stepper:
         self._ensure_step()
         state.recording, state.checking_now = state.row >= 0, state.row < 0 and state.checking
         state.skipping = state.row < 0 and not state.checking
+        if self.recorder is not None and self.recorder.is_awake == state.skipping:
+            with self.budget.timed():  # off for a step left alone, on again for one measured or checked
+                self.recorder.set_awake(not state.skipping)
 
     def batch_ended(self) -> None:
         """The training batch ended: hooks record nothing until the next one."""
@@ -119,6 +127,8 @@ class Stepper:
         if recorder is None:
             return
         state.backwards += 1
+        if state.row < 0 and self.scaler is None:  # a step not measured: no parameter work
+            return
         with self.budget.timed():  # the parameters' work is hookscope's cost too
             if self.scaler is not None:
                 recorder.set_grad_factor(self.scaler.factor())
@@ -136,6 +146,8 @@ class Stepper:
         if self._optimizer is not None:
             self._ensure_step()
         self.state.in_optimizer_step, self.state.closure_grads = True, False
+        if self.state.row < 0:  # a step not measured: no parameter work
+            return
         with self.budget.timed():
             recorder.params.record_grads()
             recorder.params.snapshot()
@@ -146,12 +158,20 @@ class Stepper:
         if recorder is None or not self.is_ours(optimizer):
             return
         self.state.in_optimizer_step = False
-        with self.budget.timed():
-            recorder.params.record_ratios()
-            recorder.params.record_settings(optimizer)
+        if self.state.row >= 0 or recorder.params.is_snapshot_pending:
+            with self.budget.timed():
+                recorder.params.record_ratios()
+                recorder.params.record_settings(optimizer)
         self.state.optimizer_steps += 1
         if self.scaler is not None:
             self.scaler.stepped = True
+        elif self.dormancy is not None and not self._checks_skipped:
+            # the step is done: decide the next one now, and leave the model alone until then if it is not measured
+            self.budget.end()  # steps are timed from one optimizer step to the next
+            dormant = not self.budget.decide(self.state.optimizer_steps)
+            if dormant != self.is_dormant:
+                with self.budget.timed():
+                    self.is_dormant = self.dormancy(dormant)
 
     def frame_began(self, frame: Frame) -> None:
         """A root forward that is not part of a step began: traced (compiled) hooks record nothing during it."""
@@ -198,7 +218,7 @@ class Stepper:
         if self.recorder is None:
             return
         step = state.optimizer_steps if self._optimizer is not None else state.batches - 1
-        if step != state.step or (state.row < 0 and not state.checking):
+        if step != state.step or not state.is_open:
             self._begin_step(step)
 
     def is_step_done(self) -> bool:
@@ -219,7 +239,7 @@ class Stepper:
             state.row = recorder.buffers.new_row(step)
             state.recorded += 1
         else:
-            state.checking = self.options.checks_skipped_steps
+            state.checking = self._checks_skipped
 
     def end_step(self) -> None:
         """Close the open step, if any: fold its checks, or settle its row and run the doctor when it is due."""

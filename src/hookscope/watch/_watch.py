@@ -83,6 +83,7 @@ class Watch(Callback):
             raise ValueError("model must be given to attach() or to watch(model, ...), got None")
         optimizer = optimizer if optimizer is not None else _alive(self._optimizer_ref)
         self._driver = LoopDriver([self], model, optimizer, train_only=self.options.train_only)
+        self.stepper.dormancy = self._set_dormant
         return self._driver
 
     def attach_optimizer(self, optimizer: torch.optim.Optimizer, *, after_step: bool = False) -> None:
@@ -104,6 +105,28 @@ class Watch(Callback):
             self.stepper.set_optimizer(optimizer, after_step=after_step)
             self._meta["optimizer"] = type(optimizer).__name__
             self._driver.add_optimizer(optimizer)
+
+    def _set_dormant(self, dormant: bool) -> bool:
+        """Between two optimizer steps of the watch's own loop: leave the model alone until the next optimizer
+        step (`True`: every hook on the model paused, its own loop driver's too, so an unmeasured step costs two
+        optimizer hooks), or follow it again (`False`); return whether the model is left alone now. Steps are the
+        optimizer's then, so none is missed; a model traced by `torch.compile` keeps its hooks."""
+        driver, recorder = self._driver, self._recorder
+        if driver is None or recorder is None or self.stepper.optimizer() is None:
+            return False
+        if dormant and recorder.is_traced:
+            return False
+        if dormant:
+            driver.set_dormant(True)
+            recorder.set_awake(False, root=True)
+            for handle in self._frame_handles:
+                handle.pause()
+        else:
+            for handle in self._frame_handles:
+                handle.resume()
+            recorder.set_awake(True)
+            driver.set_dormant(False)
+        return dormant
 
     def detach(self) -> None:
         """Stop watching: close the open step, flush, remove every hook; calling it again does nothing."""

@@ -1,0 +1,161 @@
+"""Which steps a monitor measures: every `every`-th step, or as many as an overhead budget allows.
+
+With a `budget` (the default of `watch()` and `ActivationStats`: 3 % of the run's time), the monitor times its own
+work on the host -- its hooks on the steps it measures, the end of those steps, the flushes to the host store and
+the sinks, the live doctor -- against the time of the steps (from one step's start to the next), and measures a
+step whenever the run has time to spare: a token bucket that earns `budget x step time` at every step and spends
+what the monitor cost. So its cost stays within the budget on any model, small models included, whatever one
+measured step costs there. The first `WARMUP_STEPS` steps are measured whatever they cost (the start of training
+is where initialization problems show, and the doctor reads trends), and so is the last step when `max_steps`
+says which it is; the first step after them is left alone, to learn what a step takes without the monitor. What
+a measured step takes beyond that is its cost too, timed from the host or not (hooks traced into a compiled graph,
+torch's slower path for hooked modules). On the steps it does not measure, the monitor's per-module hooks are off the modules (paused:
+`hookscope.hooks.HookHandle.pause`), so the model runs as if unwatched; what is left is the fixed cost of
+following the steps (an optimizer hook or a root hook), which the budget does not see.
+
+Timing uses `time.perf_counter` on the host: on a GPU, the statistics' kernels run asynchronously and are counted
+only as far as they lengthen the step on the host (no synchronization is ever added to time them).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+__all__ = ["WARMUP_STEPS", "Budget"]
+
+WARMUP_STEPS = 16
+"""Steps measured at the start of a budgeted run, whatever they cost."""
+
+
+class Budget:
+    """Decide which steps are measured, and account for hookscope's own time.
+
+    Args:
+        budget: The largest fraction of the run's time hookscope may take (`None`: no budget, use `every`).
+        every: Measure exactly every `every`-th step (used when `budget` is `None`).
+        max_steps: The number of steps the run is planned for, if known: its last step is measured.
+    """
+
+    def __init__(self, budget: float | None, every: int, max_steps: int | None = None) -> None:
+        self.budget = budget
+        self.every = every
+        self.max_steps = max_steps
+        self.own = 0.0  # seconds of hookscope's own host time, over the run
+        self.total = 0.0  # seconds of the steps' time, over the run
+        self.steps = 0  # steps that began
+        self.measured = [0, 0.0]  # steps measured after the warm-up that ended, and hookscope's seconds in them
+        self.skipped = [0, 0.0]  # steps not measured that ended, and their seconds
+        self.largest = 0.0  # the most hookscope took in one step (a flush of many steps' rows, say)
+        self._step = -1  # the step last decided
+        self._chosen = False  # whether it is measured
+        self._credit = 0.0  # the token bucket: seconds hookscope may still spend
+        self._spent = 0.0  # own seconds since the last step began
+        self._began: float | None = None  # when the open step began (perf_counter)
+        self._typical: float | None = None  # a running mean of the time of steps not measured
+        self._decided: tuple[int, bool] = (-1, False)  # (step, measured) decided before it began (`decide`)
+        self._ended: float | None = None  # when the last step was ended by `end` (the next one's time runs from it)
+
+    def add_own(self, seconds: float) -> None:
+        """Count `seconds` of hookscope's own work."""
+        self._spent += seconds
+
+    @contextmanager
+    def timed(self) -> Iterator[None]:
+        """Count the time of the `with` block as hookscope's own work (also when it raises)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._spent += time.perf_counter() - start
+
+    def begin(self, step: int) -> bool:
+        """Step number `step` (counted from 0) begins: settle the previous step, and return whether this one is
+        measured (asked again for the same step, the same answer; decided beforehand by `decide`, that answer)."""
+        if step == self._step:
+            return self._chosen
+        decided = self._decided
+        self.settle()
+        began, self._ended = (self._ended, None) if self._ended is not None else (time.perf_counter(), None)
+        self._began, self._step = began, step
+        self.steps += 1
+        self._chosen = decided[1] if decided[0] == step else self._rule(step, self._credit)
+        return self._chosen
+
+    def end(self) -> None:
+        """The open step is done (its optimizer step ran): settle it now, and count the next step's time from here
+        (not from when it begins), so that steps whose start is seen at different points (a forward, an optimizer
+        step) are timed alike."""
+        if self._began is not None:
+            self.settle()
+            self._ended = time.perf_counter()
+
+    def decide(self, step: int) -> bool:
+        """Decide now, while the previous step ends, whether step `step` will be measured (`begin(step)` keeps the
+        answer): the credit the open step is earning so far counts (as `settle` will count it)."""
+        credit, typical = self._credit, self._typical
+        if self.budget is not None and self._began is not None and self._step >= WARMUP_STEPS:
+            elapsed, spent = time.perf_counter() - self._began, self._spent
+            if self._chosen and typical is not None:
+                spent = max(spent, min(elapsed - typical, spent + 4 * typical))
+            own = elapsed - spent if typical is None else min(elapsed - spent, 2 * typical)
+            earned = self.budget * own
+            credit = min(credit + earned - spent, earned)
+        chosen = self._rule(step, credit)
+        self._decided = (step, chosen)
+        return chosen
+
+    def _rule(self, step: int, credit: float) -> bool:
+        if self.budget is None:
+            return step % self.every == 0
+        if step < WARMUP_STEPS or (self.max_steps is not None and step == self.max_steps - 1):
+            return True
+        if self._typical is None:  # first learn what a step left alone takes: the yardstick of the cost
+            return False
+        return credit >= 0.0
+
+    def settle(self) -> None:
+        """The open step ended (the next one begins, or the run ends): count its time and hookscope's share."""
+        if self._began is None:
+            return
+        elapsed = time.perf_counter() - self._began
+        self._began = None
+        self.total += elapsed
+        spent, typical = self._spent, self._typical
+        if self._chosen and typical is not None:
+            # what a measured step took beyond a step left alone is its cost too, timed or not: hooks traced into
+            # a compiled graph, torch's slower path for hooked modules (a pause after it, an eval loop, say,
+            # counts as no more than four typical steps)
+            spent = max(spent, min(elapsed - typical, spent + 4 * typical))
+        if self._chosen and self._step >= WARMUP_STEPS:
+            self.measured[0] += 1
+            self.measured[1] += spent
+        elif not self._chosen:
+            self.skipped[0] += 1
+            self.skipped[1] += elapsed
+        own = elapsed - spent if typical is None else min(elapsed - spent, 2 * typical)
+        if not self._chosen:
+            self._typical = own if typical is None else 0.9 * typical + 0.1 * own
+        if self.budget is not None and self._step >= WARMUP_STEPS:  # the warm-up is free
+            # earn a share of the step's own time, spend what hookscope took; a cheap stretch is not banked
+            earned = self.budget * own
+            self._credit = min(self._credit + earned - spent, earned)
+        self.own += spent
+        self.largest = max(self.largest, spent)
+        self._spent = 0.0
+
+    def summary(self) -> dict[str, Any]:
+        """What was measured, for `WatchResults.meta["measured"]` (JSON): the steps that began, the budget (or
+        `every`), hookscope's time over the rest of the steps' time (`cost`: 0.03 is 1.03 times the bare step; `None`
+        before a step ends) and what one measured step costs against one left alone (`step_cost`)."""
+        summary: dict[str, Any] = {"steps": self.steps}
+        summary |= {"budget": self.budget} if self.budget is not None else {"every": self.every}
+        spent, bare = self.own, self.total - self.own  # over the steps that ended
+        summary["cost"] = spent / bare if bare > 0 else None  # watched time over bare time, less 1
+        (measured, own), (skipped, seconds) = self.measured, self.skipped
+        # what one measured step costs against a step hookscope left alone (every step measured: 1 + this)
+        summary["step_cost"] = own / measured / (seconds / skipped) if measured and skipped and seconds else None
+        summary["after_warmup"] = {"measured": measured, "seconds": own, "largest": self.largest}
+        return summary
