@@ -118,7 +118,7 @@ def test_small_outputs_described_many_records_at_once_match_the_oracle_record_by
 
     torch.manual_seed(0)
     model, capture = SmallAndLarge(), Capture()
-    stats = ActivationStats(with_hist=True, hist_range=(-2.0, 2.0), hist_bins=16, exact=True)
+    stats = ActivationStats(with_hist=True, hist_range=(-2.0, 2.0), hist_bins=16, exact=True, budget=None)
     sizes = [5 + (k % 3) for k in range(150)]  # 5, 6, 7 (7: also a large output)
     with LoopDriver([capture, stats], model):
         for k, size in enumerate(sizes):
@@ -259,3 +259,59 @@ def test_plots_return_figures() -> None:
     train(mlp(), [stats], batches=3)
     assert isinstance(stats.color_dim(0), Figure)
     assert isinstance(stats.plot_layer_stats(0), Figure)
+
+
+# ---- the overhead budget (the default): which batches are observed ---------------------------------------------
+
+
+def test_under_the_budget_the_batches_left_alone_run_without_its_hooks(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hookscope._torch import module_hooks
+    from hookscope.callbacks._budget import Budget
+    from hookscope.hooks._calls import CalledHook
+
+    observed = {0, 1, 5, 6, 11}
+    monkeypatch.setattr(Budget, "_rule", lambda self, step, credit: step in observed)  # its decisions, not its clock
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 2))
+    seen: list[tuple[bool, torch.Tensor]] = []  # (its hook on model[2] during the forward, model[0]'s output)
+
+    def ours(module: nn.Module) -> bool:
+        return any(isinstance(h, CalledHook) for table in module_hooks(module).values() for h in table.values())
+
+    model[0].register_forward_hook(lambda m, a, out: seen.append((ours(model[2]), out.detach().clone())))
+    stats = ActivationStats()
+    assert stats.budget == 0.03
+    with stats.attach(model):
+        for _ in range(12):
+            model(torch.randn(4, 3)).sum().backward()
+    assert stats.batches == sorted(observed)
+    assert [k for k, (hooked, _) in enumerate(seen) if hooked] == sorted(observed)
+    oracle = [seen[k][1] for k in sorted(observed)]
+    assert len(stats.stats) == len(oracle)
+    for record, output in zip(stats.stats, oracle, strict=True):
+        assert record[0]["mean"] == pytest.approx(output.double().mean().item(), rel=1e-6, abs=1e-9)
+        assert record[0]["std"] == pytest.approx(output.double().std().item(), rel=1e-6)
+    restored = ActivationStats()
+    restored.load_state_dict(stats.state_dict())
+    assert restored.batches == sorted(observed)
+
+
+def test_without_a_budget_every_batch_is_observed_as_fastai() -> None:
+    model = nn.Sequential(nn.Linear(3, 2))
+    stats = ActivationStats(budget=None)
+    with stats.attach(model):
+        for _ in range(40):
+            model(torch.randn(4, 3))
+    assert stats.batches == list(range(40)) and len(stats.stats) == 40
+
+
+@pytest.mark.parametrize("budget", [0.0, 1.0, -0.1])
+def test_a_budget_out_of_range_is_refused(budget: float) -> None:
+    with pytest.raises(ValueError, match=r"budget must be a fraction of the step time in \(0, 1\), such as 0.03"):
+        ActivationStats(budget=budget)
+
+
+@pytest.mark.parametrize("budget", [True, "3%"])
+def test_a_budget_that_is_not_a_number_is_refused(budget: object) -> None:
+    with pytest.raises(TypeError, match="budget must be a number or None, got"):
+        ActivationStats(budget=budget)  # type: ignore[arg-type]

@@ -19,12 +19,14 @@ STATE = Record(
         },
         rules=[Rule("hists", lambda t: ("hists" in t) == ("exponents" in t), "and exponents come together")],
     ),
+    optional={"batches": ListOf(Int(min=0))},  # the training batch of each record (absent: saved before it was)
     rules=[
         Rule(
             "records",
             lambda s: all(t.shape[0] == s["records"] for t in s["tensors"].values()),
             "must be the number of rows of every tensor",
-        )
+        ),
+        Rule("batches", lambda s: len(s.get("batches", ())) in (0, s["records"]), "must hold one batch per record"),
     ],
 )
 """The format of `ActivationStats.state_dict()`; `bins` is the callback's `hist_bins`."""

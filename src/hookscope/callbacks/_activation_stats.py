@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 import warnings
 from typing import Any
 
@@ -34,6 +35,7 @@ from ..stats import (
     on_widest_range,
 )
 from ._activation_state import STATE
+from ._budget import Budget
 from ._hook_callback import HookCallback, HookFunction
 from ._steps import ForwardFrames, Frame, uncounted
 
@@ -78,7 +80,7 @@ class ActivationStats(HookCallback):
     Args:
         with_hist: Also record a histogram of each output.
         modules: Modules or selector (default: every module with parameters of its own), as `HookCallback`.
-        every: Observe one training batch in `every` (`None`: all).
+        every: Observe exactly one training batch in `every` (`None`: as `budget` says).
         near_zero: The threshold of fastai's near-zero fraction (`x <= near_zero`).
         hist_bins: Number of histogram bins (even, for the automatic range).
         hist_range: `(low, high)` of the histogram (values outside are counted apart), or `None` for a range
@@ -90,6 +92,10 @@ class ActivationStats(HookCallback):
         exact: Describe every value of large outputs (slower) instead of a sample.
         strict: Raise failures of its hooks instead of counting them; `None` reads `HOOKSCOPE_STRICT`.
         include_paramless: With `modules=None`, also record the leaf modules without parameters, as fastai.
+        budget: With `every=None`, the largest share of the run's time the statistics may take (default 0.03:
+            about 1.03 times the bare step): the first 16 batches are observed, then as many as the budget allows
+            (see `hookscope.callbacks._budget`), and on the others the hooks are off the modules. `None`: every
+            batch, as fastai. `batches` says which batches the records are of.
 
     Raises:
         ValueError: an argument is out of range (the message says which).
@@ -121,8 +127,15 @@ class ActivationStats(HookCallback):
         exact: bool = False,
         strict: bool | None = None,
         include_paramless: bool = False,
+        budget: float | None = 0.03,
     ) -> None:
         super().__init__(modules, every, remove_end, True, detach, cpu, include_paramless)
+        if budget is not None and not 0 < budget < 1:  # its type is checked (`@checked`)
+            raise ValueError(
+                f"budget must be a fraction of the step time in (0, 1), such as 0.03, or None (every batch), got "
+                f"{budget!r}"
+            )
+        self.budget = None if budget is None else float(budget)
         self.hist_range = check_range("hist_range", hist_range)
         self.hist_bins = check_bins("hist_bins", hist_bins, automatic=self.hist_range is None)
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
@@ -139,6 +152,8 @@ class ActivationStats(HookCallback):
         self._reset()
 
     def _reset(self) -> None:
+        self.batches: list[int] = []  # the training batch of each record
+        self._timer = Budget(self.budget, 1) if self.every is None and self.budget is not None else None
         self._row = -1
         self._recording = False  # the flag traced hooks read (a bool: compiled code is reused across batches)
         self._records = 0
@@ -200,6 +215,7 @@ class ActivationStats(HookCallback):
             row = self._row
             if frame.reason is None and row == self._records - 1 and row >= 0 and row not in self._filled:
                 self._records -= 1
+                self.batches.pop()
                 self._row, self._recording = -1, False
 
     @contained
@@ -208,15 +224,26 @@ class ActivationStats(HookCallback):
         self.train_iter = batch
         if self.every is not None and batch % self.every != 0:
             return
+        timer = self._timer
+        if timer is not None and not timer.begin(batch):  # left alone: the hooks are off the modules
+            if self.is_registered:
+                with timer.timed():
+                    self.pause()
+            return
         if self._records >= self.capacity:
             self._drop()
             return
+        start = time.perf_counter()
         self._close()
         self._row = self._records
         self._recording = True
         self._records += 1
+        self.batches.append(batch)
         self._cache = None
         super().on_batch_start(batch)
+        if timer is not None:
+            self.register()  # back on the modules after batches left alone
+            timer.add_own(time.perf_counter() - start)
 
     @contained
     def on_batch_end(self, batch: int) -> None:
@@ -265,8 +292,11 @@ class ActivationStats(HookCallback):
                 if self._recording and x is not None and x.numel():
                     self._traced.append((index, x.detach().to(torch.float32, copy=True)))
             elif module is ref():  # not a deepcopy of the model, which shares the hooks
+                start = time.perf_counter()
                 with self._lock:
                     self._on_output(index, module, output)
+                if self._timer is not None:
+                    self._timer.add_own(time.perf_counter() - start)
 
         return hook_fn
 
@@ -451,7 +481,8 @@ class ActivationStats(HookCallback):
                 if table.hists is not None and table.exponents is not None:
                     tensors["hists"] = table.hists[:records].cpu().clone()
                     tensors["exponents"] = table.exponents[:records].cpu().clone()
-            return {"paths": list(self.paths), "dropped": self.dropped, "records": records, "tensors": tensors}
+            saved = {"paths": list(self.paths), "dropped": self.dropped, "records": records, "tensors": tensors}
+            return {**saved, "batches": list(self.batches[:records])}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore records saved by `state_dict` (the modules are resolved again at fit start); all or nothing.
@@ -465,6 +496,7 @@ class ActivationStats(HookCallback):
                 raise ValueError(f"state must be for modules {self.paths}, got {state['paths']}")
             self.paths, self.dropped = list(state["paths"]), state["dropped"]
             records = self._records = state["records"]
+            self.batches = list(state.get("batches", ()))  # empty for a state saved before batches were kept
             self._cache = None
             table = self._table = self._new_table()
             tensors = state["tensors"]

@@ -26,8 +26,9 @@ class HookCallback(Callback):
     The hook is the `hook` method a subclass implements, or the function passed as `hook`; what it returns for
     each module is kept in `stored` (model order). It receives detached (`detach=True`) CPU copies
     (`cpu=True`) of the inputs and output, or, with `is_forward=False`, of the gradients
-    `(m, grad_input, grad_output)` from a full backward hook. With `every=N`, the hooks exist only during the
-    training batches whose index (from 0) is a multiple of N; with `every=None`, from fit start to fit end.
+    `(m, grad_input, grad_output)` from a full backward hook. With `every=N`, the hooks are on the modules only
+    during the training batches whose index (from 0) is a multiple of N (paused in between: registered once, no
+    cost to the other batches); with `every=None`, from fit start to fit end.
 
     fastai's events are here too, with fastai's meaning: `on_fit_start` runs `before_fit()` (resolve `modules`,
     then read as the list of hooked modules, and register), `on_batch_start` sets `train_iter` and runs
@@ -90,6 +91,7 @@ class HookCallback(Callback):
         self.stored: list[Any] = []
         self._module_refs: list[weakref.ref[nn.Module]] = []
         self._handles: list[HookHandle] = []
+        self._placed = False  # the hooks are on the modules (registered and not paused)
 
     def hook(self, m: nn.Module, i: Any, o: Any) -> Any:
         """Compute what to keep for module `m` from its input `i` and output `o` (override this)."""
@@ -117,8 +119,8 @@ class HookCallback(Callback):
 
     @property
     def is_registered(self) -> bool:
-        """Whether the hooks are currently in place."""
-        return bool(self._handles)
+        """Whether the hooks are currently in place (registered, not paused)."""
+        return self._placed
 
     def on_fit_start(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> None:
         """Run `before_fit()` on `model`."""
@@ -152,9 +154,10 @@ class HookCallback(Callback):
         self.after_batch()
 
     def after_batch(self) -> None:
-        """With `every=N`, remove the hooks after an observed batch (fastai's `after_batch`)."""
+        """With `every=N`, take the hooks off after an observed batch (fastai's `after_batch`; paused, not
+        removed: the next observed batch puts them back)."""
         if self.every is not None:
-            self.remove()
+            self.pause()
 
     def on_fit_end(self, error: BaseException | None = None) -> None:
         """Run `after_fit()` (`error` is the exception that ended the fit, if any)."""
@@ -167,8 +170,11 @@ class HookCallback(Callback):
             self.remove()
 
     def register(self) -> None:
-        """Place the hooks on the resolved modules (does nothing when they are already placed)."""
+        """Place the hooks on the resolved modules (paused ones go back; nothing happens when they are placed)."""
         if self._handles:
+            for handle in self._handles:
+                handle.resume()
+            self._placed = True
             return
         kind = "forward" if self.is_forward else "backward"
         try:
@@ -183,13 +189,21 @@ class HookCallback(Callback):
         except BaseException:
             self.remove()
             raise
+        self._placed = bool(self._handles)
 
     def _hook_errors(self) -> HookErrors | None:
         """Where failures of the hooks go: `None` here (the hook is the user's: re-raised, naming the module)."""
         return None
 
+    def pause(self) -> None:
+        """Take the hooks off the modules until `register()` puts them back (they stay registered)."""
+        for handle in self._handles:
+            handle.pause()
+        self._placed = False
+
     def remove(self) -> None:
         """Remove the hooks; calling it again does nothing."""
+        self._placed = False
         while self._handles:
             self._handles.pop().remove()
 
