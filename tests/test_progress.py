@@ -8,9 +8,9 @@ import io
 import sys
 
 import pytest
-from fake_terminal import Terminal, counts, is_clear, screen
 
 import hookscope._progress as progress_module
+from fake_terminal import Terminal, counts, is_clear, screen
 from hookscope._errors import HookscopeWarning
 from hookscope._progress import ProgressLine, is_terminal
 
