@@ -6,6 +6,7 @@ from __future__ import annotations
 import doctest
 import io
 import sys
+import types
 
 import pytest
 
@@ -155,3 +156,12 @@ def test_off_a_terminal_counting_never_reads_the_clock() -> None:
         for _ in range(1000):
             line.advance()
     assert line.done == 1000 and len(reads) == 1
+
+
+def test_a_rich_module_without_a_spec_counts_as_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`find_spec` raises ValueError for a module in `sys.modules` whose `__spec__` is None: nothing is drawn."""
+    broken = types.ModuleType("rich")
+    broken.__spec__ = None
+    monkeypatch.setitem(sys.modules, "rich", broken)
+    terminal = Terminal()
+    assert _run(terminal, None).done == 12 and terminal.getvalue() == ""

@@ -38,8 +38,16 @@ def is_terminal(*streams: Any) -> bool:
         return False
 
 
+def _has_rich() -> bool:
+    """Whether rich can be imported, without importing it (short work never pays for the import)."""
+    try:
+        return importlib.util.find_spec("rich") is not None  # None too where sys.modules blocks it
+    except (ImportError, ValueError):  # a broken install, or a module without a spec in sys.modules
+        return False
+
+
 class ProgressLine:
-    """A context manager that shows `description: [bar] done/total unit` while the work inside it runs.
+    """A context manager that shows `description ━━━╺━━━ done/total unit elapsed eta remaining` while the work runs.
 
     Args:
         description: What runs, e.g. `"patch"`.
@@ -92,7 +100,7 @@ class ProgressLine:
         stream = self._stream if self._stream is not None else sys.stderr
         self._stream = stream
         self._is_active = self._enabled is True or (self._enabled is None and is_terminal(stream))
-        if self._is_active and importlib.util.find_spec("rich") is None:  # None also when sys.modules blocks it
+        if self._is_active and not _has_rich():
             self._is_active = False
             if self._enabled is True:
                 warnings.warn(
