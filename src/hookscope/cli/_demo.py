@@ -48,7 +48,7 @@ def _train(config: DemoConfig, console: Any) -> tuple[DemoRun, Any]:
     summaries: list[Any] = []
 
     def show_summary(model: nn.Module) -> None:
-        summaries.append(summary(model, input_size=(config.batch_size, 1, 8, 8)))
+        summaries.append(summary(model, input_size=(config.batch_size, 1, 8, 8), progress=False))  # a bar is shown
         if console.is_terminal:
             console.print(summaries[0])
         else:  # plain text at full width: a pipe or a log file gets no 80-column folding

@@ -16,20 +16,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
+from .._progress import is_terminal
 from .._text import neutralize
 from ._session import WatchedModel
 
 __all__ = ["StatusLine", "is_terminal"]
 
 _CLEAR = "\r\x1b[K"
-
-
-def is_terminal(*streams: Any) -> bool:
-    """Whether every stream is a terminal (a stream without `isatty`, or whose `isatty` fails, is not)."""
-    try:
-        return all(bool(stream.isatty()) for stream in streams)
-    except (AttributeError, ValueError, OSError):
-        return False
 
 
 class _ClearingStream:

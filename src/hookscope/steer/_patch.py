@@ -16,6 +16,7 @@ import torch
 import torch.nn as nn
 
 from .._check import POSITIVE, checked, one_of, shown
+from .._progress import ProgressLine
 from ..hooks._select import Selector
 from ..hooks._tree import map_tensors
 from ._record import record
@@ -258,6 +259,7 @@ def patch(
     n_heads: int | None = None,
     at: str = "output",
     batch_size: int | None = None,
+    progress: bool | None = None,
 ) -> PatchResult:
     """Patch the clean run's activations into the corrupted run, one cell (site x position x head) at a time.
 
@@ -278,6 +280,9 @@ def patch(
         n_heads: How many contiguous heads the last dimension holds (the input of an output projection).
         at: "output" or "input" (a module's first input).
         batch_size: The most patched copies stacked in one forward (`None`: every cell in one forward).
+        progress: Show the sweep's progress (cells done / all cells, counted after each forward, so in steps of
+            `batch_size`) on one line of stderr, cleared at the end: `None` on a terminal only (needs rich),
+            `True` wherever rich can draw, `False` never. Nothing is drawn for a sweep under half a second.
 
     Returns:
         A `PatchResult`: `effects` float64 `[sites, cells]`, cells ordered positions first, then heads.
@@ -297,11 +302,12 @@ def patch(
     metrics: list[torch.Tensor] = []
     handles = place_all(edits, at, owner="steer.patch()", is_edit=True)
     try:
-        with torch.no_grad():
+        line = ProgressLine("patch", len(jobs), "cells", enabled=progress, stacklevel=4)  # -> patch -> @checked
+        with torch.no_grad(), line:
             for start in range(0, len(jobs), per_forward):
-                metrics += _run_chunk(
-                    model, corrupted, metric, jobs[start : start + per_forward], patchers, setup.batch
-                )
+                chunk = jobs[start : start + per_forward]
+                metrics += _run_chunk(model, corrupted, metric, chunk, patchers, setup.batch)
+                line.advance(len(chunk))
     finally:
         for handle in reversed(handles):
             handle.remove()
@@ -365,6 +371,7 @@ def attribution_patch(
     n_heads: int | None = None,
     at: str = "output",
     batch_size: int | None = None,
+    progress: bool | None = None,
 ) -> PatchResult:
     """Estimate `patch`'s effects from gradients (Nanda 2023): one clean forward, one corrupted forward and backward.
 
@@ -372,7 +379,8 @@ def attribution_patch(
     `metric(clean) - metric(corrupted)` as in `patch`: a first-order (linear) estimate of the same quantity. The
     gradients are taken with `torch.autograd.grad`: no parameter's `.grad` changes.
 
-    Args: as `patch` (`batch_size` is accepted for the same signature and unused: there is one forward per input).
+    Args: as `patch` (`batch_size` and `progress` are accepted for the same signature and unused: there is one
+    forward per input and one backward, nothing to count).
 
     Returns:
         A `PatchResult` of the same shape as `patch` gives, with `method="attribution"`.

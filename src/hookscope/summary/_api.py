@@ -39,6 +39,7 @@ def summary(
     order: str = "tree",
     with_backward: bool = False,
     optimizer: Any = None,
+    progress: bool | None = None,
     **kwargs: Any,
 ) -> ModelSummary:
     """Run `model` once on example inputs and summarize every module: shapes, params, FLOPs, mode and hooks.
@@ -78,7 +79,11 @@ def summary(
             autograd saves for backward, plus the gradients.
         optimizer: With it, add its state to the estimate: a `torch.optim` optimizer or a name (`"adam"`,
             `"sgd_momentum"`, ...; see `OPTIMIZER_STATES`). Implies `with_backward`.
-        **kwargs: Keyword inputs of `model.forward`.
+        progress: Show the forward's progress (modules run / modules with a forward) on one line of stderr,
+            cleared at the end: `None` on a terminal only (needs rich), `True` wherever rich can draw, `False`
+            never. Nothing is drawn for a forward under half a second (GPT-2 large takes seconds on a CPU).
+        **kwargs: Keyword inputs of `model.forward` (one named like an argument above, such as `mode` or
+            `progress`, must be passed positionally).
 
     Returns:
         The `ModelSummary`; print it for the table.
@@ -116,7 +121,8 @@ def summary(
     paths = {id(n.module): n.path for n in nodes if n.same_as is None}
     saved = SavedTensors(excluded_tensors(root, (args, kwargs))) if backward else None
     try:
-        run = None if reason is not None else run_forward(root, paths, args, kwargs, mode=run_mode, saved=saved)
+        run = None if reason is not None else run_forward(root, paths, args, kwargs, mode=run_mode, saved=saved,
+                                                          progress=progress)  # fmt: skip
     except RuntimeError as err:
         if input_size is None or dtypes is not None or not _has_embedding(root):
             raise

@@ -13,7 +13,7 @@ from torch.nn.parameter import is_lazy
 
 from .._torch import children as registered_children
 from ..hooks import HookInfo, list_hooks, unwrap
-from ._collect import CallRecord, ForwardRun
+from ._collect import CallRecord, ForwardRun, has_forward
 from ._columns import TableView
 from ._memory import TrainingMemory
 from ._params import count_bytes, count_params, effective_counts, groups, kernel_size, own_params
@@ -131,10 +131,6 @@ def type_name(module: nn.Module) -> str:
     )
 
 
-def _has_forward(module: nn.Module) -> bool:
-    return is_scripted(module) or type(module).forward is not nn.Module.forward
-
-
 @dataclass
 class _Tree:
     """What rows need to know about the whole model: parameter owners, effective counts, calls, scripts."""
@@ -177,7 +173,7 @@ def _row(node: Node, calls: list[CallRecord], hooks: list[str], tree: _Tree, mod
         buffer_bytes=count_bytes(module.buffers()),
         output_bytes=sum(c.output_bytes for c in calls),
         is_leaf=not any(True for _ in module.children()),
-        has_forward=_has_forward(module),
+        has_forward=has_forward(module),
         kernel_size=kernel_size(module),
         groups=groups(module),
         parameters=own_params(module),

@@ -23,12 +23,13 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .._progress import ProgressLine
 from ..hooks import register_global_module_hook, register_module_hook, scope
 from ._flops import countable_kernels, flop_counter_mode
 from ._memory import SavedTensors
 from ._shapes import describe, describe_call, tensor_bytes
 
-__all__ = ["MODES", "CallRecord", "ForwardRun", "restored_modes", "run_forward"]
+__all__ = ["MODES", "CallRecord", "ForwardRun", "has_forward", "restored_modes", "run_forward"]
 
 MODES = ("eval", "train", "same")
 
@@ -66,12 +67,14 @@ class ForwardRun:
 class _Recorder:
     """Forward hooks that keep a call stack; holds module ids and paths, never the modules."""
 
-    def __init__(self, paths: dict[int, str], counter: Any, scripted: set[int]) -> None:
+    def __init__(self, paths: dict[int, str], counter: Any, scripted: set[int], line: ProgressLine) -> None:
         self.paths = paths
         self.counter = counter
         self.scripted = scripted
+        self.line = line
         self.calls: list[CallRecord] = []
         self.stack: list[int] = []
+        self.finished: set[int] = set()  # ids of the modules whose forward completed at least once
 
     def _flops(self) -> int:
         return int(self.counter.get_total_flops()) if self.counter is not None else 0
@@ -93,6 +96,9 @@ class _Recorder:
         record.flops = self._flops() - record.start_flops
         if record.parent is not None:
             self.calls[record.parent].child_flops += record.flops
+        if record.module_id not in self.finished:
+            self.finished.add(record.module_id)
+            self.line.advance()
 
     def global_pre(self, module: nn.Module, args: tuple[Any, ...]) -> None:
         if id(module) in self.scripted:
@@ -126,10 +132,14 @@ def run_forward(
     mode: str = "eval",
     count_flops: bool = True,
     saved: SavedTensors | None = None,
+    progress: bool | None = False,
 ) -> ForwardRun:
     """Run `model(*args, **kwargs)` once, recording every call of the modules whose ids are keys of `paths`.
 
-    Without gradients, unless `saved` is given: then with gradients, `saved` counting what autograd keeps.
+    Without gradients, unless `saved` is given: then with gradients, `saved` counting what autograd keeps. With
+    `progress` (as `ProgressLine`'s `enabled`), the modules whose forward completed are counted on a progress
+    line, out of those that have a forward (containers such as `nn.ModuleList` never run); a module that is
+    never called leaves the count short of the total, and the line is cleared when the forward ends.
 
     Raises:
         ValueError: `mode` is not one of `MODES`.
@@ -141,8 +151,11 @@ def run_forward(
     counter = flop_counter_mode() if count_flops else None
     modules = {id(m): m for m in model.modules() if id(m) in paths}
     scripted = {key for key, m in modules.items() if isinstance(m, torch.jit.ScriptModule)}
-    recorder = _Recorder(paths, counter, scripted)
-    with restored_modes(model, keep_buffers=mode != "eval"), scope(), ExitStack() as stack:
+    runnable = sum(1 for m in modules.values() if has_forward(m))
+    # __enter__ -> run_forward -> summary -> @checked -> the caller
+    line = ProgressLine("summary", runnable, "modules", enabled=progress, stacklevel=5)
+    recorder = _Recorder(paths, counter, scripted, line)
+    with restored_modes(model, keep_buffers=mode != "eval"), scope(), line, ExitStack() as stack:
         _register(recorder, [m for key, m in modules.items() if key not in scripted])
         if mode != "same":
             model.train(mode == "train")
@@ -158,6 +171,12 @@ def run_forward(
             raise RuntimeError(recorder.failure(model, err)) from err
     total = counter.get_total_flops() if counter is not None else 0
     return ForwardRun(output, recorder.calls, int(total))
+
+
+def has_forward(module: nn.Module) -> bool:
+    """Whether `module` has a forward of its own (a TorchScript module has; a container such as `nn.ModuleList`
+    has not)."""
+    return isinstance(module, torch.jit.ScriptModule) or type(module).forward is not nn.Module.forward
 
 
 def _register(recorder: _Recorder, eager: list[nn.Module]) -> None:
