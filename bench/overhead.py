@@ -205,12 +205,12 @@ def naive_item(model: nn.Module, optimizer: torch.optim.Optimizer) -> Iterator[N
         yield
 
 
-def activation_stats(every: int | None) -> Config:
+def activation_stats(**options: Any) -> Config:
     @contextlib.contextmanager
     def config(model: nn.Module, optimizer: torch.optim.Optimizer) -> Iterator[None]:
         from hookscope.callbacks import ActivationStats
 
-        with ActivationStats(with_hist=True, every=every).attach(model):
+        with ActivationStats(with_hist=True, **options).attach(model):
             yield
 
     return config
@@ -254,8 +254,9 @@ def attached_then_detached(model: nn.Module, optimizer: torch.optim.Optimizer) -
 CONFIGS: dict[str, Config] = {
     "bare": bare,
     "hooks doing nothing": noop_hooks,
-    "ActivationStats, every step": activation_stats(None),
-    "ActivationStats, every=10": activation_stats(10),
+    "ActivationStats defaults (budget 3 %)": activation_stats(),
+    "ActivationStats, every step": activation_stats(budget=None),
+    "ActivationStats, every=10": activation_stats(every=10),
     "watch() defaults (budget 3 %)": watch_defaults,
     "watch(every=1)": watch_everything,
     "watch() defaults without attention and residual": watch_without_attention,

@@ -43,24 +43,15 @@ import torch.nn as nn
 
 from .._torch import graph_task_id
 from ..hooks import HookErrors, HookHandle, register_module_hook
+from ..hooks._calls import Eager
 
 __all__ = ["ForwardFrames", "Frame", "eager", "in_backward", "uncounted"]
 
 
 def eager(method: Callable[..., None]) -> Callable[..., None]:
     """`method` run as is by `torch.compile`, before or after the compiled graph: tracing the bookkeeping of steps
-    would break the graph or recompile it at every batch.
-
-    Outside compilation `method` is called directly: the disabled wrapper costs several microseconds a call (it
-    sets dynamo's frame callback), which the root hooks would pay at every step of an eager run."""
-    disabled = torch.compiler.disable(method)  # type: ignore[no-untyped-call]
-
-    def run(*args: Any) -> None:
-        if torch.compiler.is_compiling():  # dynamo reads this as True while tracing: the call becomes eager
-            return disabled(*args)  # type: ignore[no-any-return]
-        return method(*args)
-
-    return run
+    would break the graph or recompile it at every batch (`hookscope.hooks._calls.Eager`)."""
+    return Eager(method)
 
 
 def in_backward() -> bool:

@@ -171,22 +171,37 @@ class InertHook:
         return (InertHook, ())
 
 
+class Eager:
+    """A hook that `torch.compile` runs as it is, before or after the compiled graph, never traced (bookkeeping
+    that would break the graph or recompile it at every batch). `CalledHook` calls `fn` directly outside
+    compilation (the disabled wrapper costs several microseconds a call) and the disabled `fn` while tracing."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        self.disabled = torch.compiler.disable(fn)  # type: ignore[no-untyped-call]
+        functools.update_wrapper(self, fn)  # its name and signature are `fn`'s
+
+    def __call__(self, *args: Any) -> Any:
+        return self.fn(*args)
+
+
 class CalledHook:
     """Call `fn`, handing its failures to `errors` (hookscope's own hooks) or naming `where` (a user's hook).
 
     Pickles and deep-copies as an `InertHook`.
     """
 
-    __slots__ = ("__weakref__", "errors", "fn", "where")
+    __slots__ = ("__weakref__", "errors", "fn", "traced", "where")
 
     def __init__(self, fn: Callable[..., Any], errors: HookErrors | None, where: str) -> None:
         self.fn = fn
+        self.traced = fn.disabled if isinstance(fn, Eager) else fn  # what a trace by torch.compile calls
         self.errors = errors
         self.where = where
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if torch.compiler.is_compiling():  # traced: no try block around the hook (graph breaks stay outside)
-            return self.fn(*args, **kwargs)
+            return self.traced(*args, **kwargs)
         try:
             return self.fn(*args, **kwargs)
         except Exception as err:
