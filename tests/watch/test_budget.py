@@ -218,18 +218,27 @@ def test_a_step_not_measured_runs_without_hookscope_hooks_and_the_next_measured_
     assert ours_on(model[1]) == 0  # detached: removed, paused or not
 
 
-def test_while_steps_are_left_alone_the_optimizer_hooks_alone_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    schedule(monkeypatch, {0})
+def test_while_steps_are_left_alone_one_root_hook_numbers_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    schedule(monkeypatch, {0, 3})
     model = nn.Sequential(nn.Linear(4, 4))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
     with watch(model, optimizer) as w:
-        for step in range(3):
+        for step in range(5):
             optimizer.zero_grad()
-            model(torch.randn(2, 4)).sum().backward()
+            loss = model(torch.randn(2, 4)).square().mean()
+            loss.backward()
             optimizer.step()
-            # after each optimizer step the next step is decided: left alone, nothing of ours on the model
-            assert ours_on(model) == 0 and ours_on(model[0]) == 0, step
-    assert w.results().meta["measured"]["steps"] == 3 and w.results().steps.tolist() == [0]
+            w.log_loss(loss)  # logged after the optimizer step: still the loss of this step
+            losses.append(loss.item())
+            # after each optimizer step the next step is decided: one left alone keeps only the loop driver's
+            # forward pre-hook on the model (it numbers the steps); a measured one, the four root hooks and its own
+            assert (ours_on(model), ours_on(model[0])) == ((1, 0) if step + 1 != 3 else (4, 1)), step
+    results = w.results()
+    assert results.steps.tolist() == [0, 3] and results.meta["measured"]["steps"] == 5
+    assert results.losses is not None
+    torch.testing.assert_close(results.losses, torch.tensor([losses[0], losses[3]], dtype=torch.float64))
+    assert results.dropped["sampling_loss"] == 3
 
 
 def test_attention_and_the_residual_stream_are_measured_after_steps_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:

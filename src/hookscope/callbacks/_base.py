@@ -119,8 +119,8 @@ class LoopDriver:
         self.is_batch_open = False
         self.train_only = train_only
         self._handles: list[HookHandle] = []
-        self._root_handles: list[HookHandle] = []  # the hooks on the model (paused while dormant)
-        self.is_dormant = False
+        self._backward_hook: HookHandle | None = None  # on the model's forward: hooks its backward (paused while
+        # `after_backward` is not followed)
         self._started: list[Callback] = []
         self._detached = False
         self._lock = threading.RLock()  # forwards from several threads begin and end batches one at a time
@@ -136,31 +136,24 @@ class LoopDriver:
 
     def _register(self, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
         tags = ("LoopDriver",)
-        add = self._root_handles.append
+        add = self._handles.append
         add(register_module_hook(model, "forward_pre", eager(self._forward_pre), owner=self, tags=tags, prepend=True))
         if self._wants_backward:
-            add(register_module_hook(model, "forward", eager(self._forward), owner=self, tags=tags))
-        self._handles.extend(self._root_handles)
+            self._backward_hook = register_module_hook(model, "forward", eager(self._forward), owner=self, tags=tags)
+            add(self._backward_hook)
         if optimizer is not None:
             self.add_optimizer(optimizer)
 
-    def set_dormant(self, dormant: bool) -> None:
-        """Stop following the model's forwards (`True`: the open batch ends, no batch or backward event comes and
-        the root's hooks are paused, so a forward costs nothing), or follow them again (`False`). The optimizer's
-        events go on. A callback that measures only some steps (`watch()` under its budget) uses it between the
-        steps it leaves alone; call it outside a forward of the model.
+    def follow_backwards(self, follow: bool) -> None:
+        """Stop (`False`) or resume (`True`) emitting `after_backward`: its hook on the model's forward is paused
+        meanwhile, so a training step costs the driver one root hook. A callback that measures only some steps
+        (`watch()` under its budget) uses it for the steps it leaves alone; call it outside a forward of the model.
         """
-        if dormant == self.is_dormant or self._detached:
-            return
-        if dormant:
-            with self._lock:
-                self.end_batch()
-        self.is_dormant = dormant
-        for handle in self._root_handles:
-            if dormant:
-                handle.pause()
+        if self._backward_hook is not None:
+            if follow:
+                self._backward_hook.resume()
             else:
-                handle.resume()
+                self._backward_hook.pause()
 
     def add_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Emit `before/after_optimizer_step` around the steps of `optimizer` from now on."""

@@ -108,16 +108,16 @@ class Watch(Callback):
 
     def _set_dormant(self, dormant: bool) -> bool:
         """Between two optimizer steps of the watch's own loop: leave the model alone until the next optimizer
-        step (`True`: every hook on the model paused, its own loop driver's too, so an unmeasured step costs two
-        optimizer hooks), or follow it again (`False`); return whether the model is left alone now. Steps are the
-        optimizer's then, so none is missed; a model traced by `torch.compile` keeps its hooks."""
+        step (`True`: every hook of the watch on the model paused but its loop driver's forward pre-hook, which
+        numbers the steps and tells which step a logged loss belongs to), or follow it again (`False`); return
+        whether the model is left alone now. A model traced by `torch.compile` keeps its hooks."""
         driver, recorder = self._driver, self._recorder
         if driver is None or recorder is None or self.stepper.optimizer() is None:
             return False
         if dormant and recorder.is_traced:
             return False
         if dormant:
-            driver.set_dormant(True)
+            driver.follow_backwards(False)
             recorder.set_awake(False, root=True)
             for handle in self._frame_handles:
                 handle.pause()
@@ -125,7 +125,7 @@ class Watch(Callback):
             for handle in self._frame_handles:
                 handle.resume()
             recorder.set_awake(True)
-            driver.set_dormant(False)
+            driver.follow_backwards(True)
         return dormant
 
     def detach(self) -> None:
