@@ -19,7 +19,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 import hookscope.hooks as hooks
-from hookscope.summary import ModelSummary, format_bytes, format_flops, summary
+from hookscope.summary import ModelSummary, summary
+from hookscope.summary._render import format_bytes, format_flops
 
 
 def hook_counts(model: nn.Module) -> list[int]:

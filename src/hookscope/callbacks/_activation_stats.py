@@ -13,26 +13,18 @@ import torch.nn as nn
 from .._check import FINITE, checked
 from .._errors import HookscopeWarning
 from .._schema import check
-from ..hooks import HookErrors, HookHandle, Selector, tensor_leaves
-from ..hooks._calls import contained
+from ..hooks import HookHandle
+from ..hooks._calls import HookErrors, contained
 from ..hooks._guards import check_real_device
-from ..hooks._tree import is_plain
-from ..stats import (
-    EXPONENT_NONE,
-    RECORD,
-    SMALL_BELOW,
-    STATISTICS,
-    RecordTable,
-    Sampler,
-    Spec,
-    auto_edges,
-    check_bins,
-    check_range,
-    describe,
-    finalize,
-    fixed_edges,
-    on_widest_range,
-)
+from ..hooks._select import Selector
+from ..hooks._tree import is_plain, tensor_leaves
+from ..stats._describe import describe
+from ..stats._histogram import EXPONENT_NONE, auto_edges, check_bins, check_range, fixed_edges, on_widest_range
+from ..stats._pending import SMALL_BELOW
+from ..stats._record import RECORD, STATISTICS, finalize
+from ..stats._record_table import RecordTable
+from ..stats._sample import Sampler
+from ..stats._spec import Spec
 from ._activation_state import STATE
 from ._hook_callback import HookCallback, HookFunction
 from ._steps import ForwardFrames, Frame, uncounted
