@@ -13,7 +13,6 @@ import torch
 
 from hookscope.doctor import diagnose
 from hookscope.plot import (
-    layer_stats,
     plot_activations,
     plot_gradient_flow,
     plot_histogram,
@@ -23,6 +22,7 @@ from hookscope.plot import (
     plot_update_ratios,
     plot_weights,
 )
+from hookscope.plot._images import layer_stats
 from hookscope.plot._watch import UPDATE_RATIO_GUIDE
 from hookscope.plot._weights import weight_histograms
 from hookscope.results import WatchResults

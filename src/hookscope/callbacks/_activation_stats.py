@@ -421,13 +421,13 @@ class ActivationStats(HookCallback):
 
     def color_dim(self, idx: int, figsize: tuple[float, float] = (10, 5), ax: Any = None) -> Any:
         """Draw the "colorful dimension" plot of module `idx` (histograms over records); return the Figure."""
-        from ..plot import color_dim
+        from ..plot._images import color_dim
 
         return color_dim(self.hist(idx), figsize=figsize, ax=ax)
 
     def plot_layer_stats(self, idx: int) -> Any:
         """Plot mean, std and % at most near zero of module `idx` over the records; return the Figure."""
-        from ..plot import layer_stats
+        from ..plot._images import layer_stats
 
         return layer_stats(*self.layer_stats(idx), near_zero=self.near_zero)
 

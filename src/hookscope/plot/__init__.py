@@ -11,7 +11,6 @@ matplotlib is needed only when a function is called (`pip install matplotlib`).
 """
 
 from ._attention import plot_attention
-from ._images import color_dim, layer_stats
 from ._watch import (
     plot_activations,
     plot_gradient_flow,
@@ -24,8 +23,6 @@ from ._watch import (
 from ._weights import plot_weights
 
 __all__ = [
-    "color_dim",
-    "layer_stats",
     "plot_activations",
     "plot_attention",
     "plot_gradient_flow",

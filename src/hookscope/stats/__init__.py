@@ -21,6 +21,9 @@ callbacks (`ActivationStats`), `watch()`, the weight tools and the distributed m
 - `_pending.py`, `_record_table.py`, `_norm_table.py`: tables of records filled by observations (small tensors
   copied and batched, large ones read at once as their sums and a sample): the machinery `ActivationStats` and
   `watch()` share.
+
+The engine is internal: it exports nothing (`__all__` is empty). hookscope's modules import each piece from the
+module that defines it; users read its statistics through `StatsReducer`, `ActivationStats` and `watch()`.
 """
 
 __all__: list[str] = []
