@@ -234,7 +234,8 @@ def watch_everything(model: nn.Module, optimizer: torch.optim.Optimizer) -> Iter
 
 @contextlib.contextmanager
 def watch_without_attention(model: nn.Module, optimizer: torch.optim.Optimizer) -> Iterator[None]:
-    from hookscope.watch import GROUPS, watch
+    from hookscope.watch import watch
+    from hookscope.watch._options import GROUPS
 
     groups = [group for group in GROUPS if group not in ("attention", "residual")]
     with watch(model, optimizer, capacity=None, groups=groups):  # what the attention and residual groups add

@@ -120,7 +120,7 @@ IN_PLACE_ONLY = {Monitor, MonitorPool}  # cannot be rebuilt from a file: `load` 
 def _public_classes() -> dict[str, type]:
     found: dict[str, type] = {}
     names = ["hookscope"] + [f"hookscope.{m}" for m in ("hooks", "monitors", "reducers", "weights", "callbacks",
-                                                        "watch", "summary", "doctor")]  # fmt: skip
+                                                        "watch", "results", "summary", "doctor")]  # fmt: skip
     for module_name in names:
         module = importlib.import_module(module_name)
         for name in module.__all__:
@@ -132,7 +132,7 @@ def _public_classes() -> dict[str, type]:
 
 def test_every_public_load_is_a_class_loader_or_an_in_place_restore() -> None:
     with_load = {name: cls for name, cls in _public_classes().items() if hasattr(cls, "load")}
-    assert {"hookscope.reducers.StatsReducer", "hookscope.watch.WatchResults"} <= set(with_load)
+    assert {"hookscope.reducers.StatsReducer", "hookscope.results.WatchResults"} <= set(with_load)
     for name, cls in with_load.items():
         static = inspect.getattr_static(cls, "load")
         if any(issubclass(cls, old) for old in IN_PLACE_ONLY):

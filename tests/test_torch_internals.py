@@ -18,7 +18,9 @@ from hookscope import _torch
 from hookscope._errors import TorchInternalsWarning
 from hookscope.callbacks import Callback, LoopDriver
 from hookscope.callbacks._steps import in_backward
-from hookscope.hooks import is_compiled, normalize_path, unwrap
+from hookscope.hooks import normalize_path
+from hookscope.hooks._guards import is_compiled
+from hookscope.hooks._select import unwrap
 from hookscope.watch import watch
 
 

@@ -38,6 +38,7 @@ from .reducers import (
     ReservoirReducer,
     StatsReducer,
 )
+from .results import WatchResults, combine_results, merge_results
 from .summary import (
     dummy_eval,
     has_params,
@@ -48,7 +49,7 @@ from .summary import (
     summary,
     total_params,
 )
-from .watch import Watch, WatchResults, combine_results, merge_results, watch
+from .watch import Watch, watch
 from .weights import (
     add_weight_change_monitor_hook,
     add_weight_distribution_monitor,

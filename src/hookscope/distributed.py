@@ -35,8 +35,10 @@ from ._check import NON_NEGATIVE, TIMEOUT, Want, checked, one_of
 from ._errors import MergeWarning
 from .hooks import normalize_path
 from .reducers import StatsReducer
-from .stats import NORM, RECORD, combine_norm_segments, combine_segments, local_part, norm_of, root_sum_squares
-from .stats import is_sharded as sharded_dtensor
+from .stats._dtensor import is_sharded as sharded_dtensor
+from .stats._dtensor import local_part
+from .stats._norms import NORM, combine_norm_segments, norm_of, root_sum_squares
+from .stats._record import RECORD, combine_segments
 
 __all__ = [
     "DEFAULT_TIMEOUT",

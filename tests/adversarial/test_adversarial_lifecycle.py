@@ -11,7 +11,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from hookscope.hooks import REGISTRY, Hook, Hooks, hook_output, hook_outputs, register_module_hook, scope
+from hookscope.hooks import Hook, Hooks, hook_output, hook_outputs, register_module_hook, scope
+from hookscope.hooks._registry import REGISTRY
 
 
 def _model() -> nn.Sequential:

@@ -15,7 +15,8 @@ from hookscope.checkpoint import load_state, save_state
 from hookscope.hooks import CompiledModelWarning
 from hookscope.monitors import MonitorPool, OutputMonitor
 from hookscope.reducers import StatsReducer
-from hookscope.watch import WatchResults, watch
+from hookscope.results import WatchResults
+from hookscope.watch import watch
 
 
 def _mlp() -> nn.Sequential:

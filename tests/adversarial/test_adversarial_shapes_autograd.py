@@ -16,9 +16,9 @@ from hookscope.hooks import (
     register_output_grad_hook,
     register_post_accumulate_grad_hook,
     scope,
-    tensor_leaves,
 )
 from hookscope.hooks._grad import UnsupportedOutputWarning
+from hookscope.hooks._tree import tensor_leaves
 
 Out = namedtuple("Out", ["a", "b"])
 

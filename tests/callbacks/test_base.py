@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 
 from hookscope.callbacks import Callback, LoopDriver
-from hookscope.hooks import REGISTRY
+from hookscope.hooks._registry import REGISTRY
 
 
 class Recorder(Callback):

@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from hookscope.demo import FAULTS, DemoConfig, load_digits_split, train_demo
+from hookscope.demo._data import load_digits_split
+from hookscope.demo._model import FAULTS
+from hookscope.demo._train import DemoConfig, train_demo
 from hookscope.doctor import diagnose
-from hookscope.watch import WatchResults
+from hookscope.results import WatchResults
 
 
 def test_demo_trains_prints_and_writes_the_report(tmp_path: Path, hookscope: Callable[..., object]) -> None:

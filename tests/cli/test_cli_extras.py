@@ -15,10 +15,11 @@ import torch
 import torch.nn as nn
 
 from hookscope import watch
-from hookscope.cli import EXIT_MISSING_EXTRA
-from hookscope.cli._errors import MissingExtraError, extra_of_module, missing_of, require_extra
-from hookscope.report import REPORT_FILE, RESULTS_FILE, render_report, save_report_data, write_report
-from hookscope.watch import WatchResults
+from hookscope.cli._errors import EXIT_MISSING_EXTRA, MissingExtraError, extra_of_module, missing_of, require_extra
+from hookscope.report import render_report, save_report_data, write_report
+from hookscope.report._data import RESULTS_FILE
+from hookscope.report._write import REPORT_FILE
+from hookscope.results import WatchResults
 
 
 def without(monkeypatch: pytest.MonkeyPatch, *modules: str) -> None:

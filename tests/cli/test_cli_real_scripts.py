@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hookscope.watch import WatchResults
+from hookscope.results import WatchResults
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from hookscope.report import write_report
-from hookscope.watch import WatchResults
+from hookscope.results import WatchResults
 
 
 def small_results() -> WatchResults:
@@ -49,7 +49,7 @@ def test_version_and_help(hookscope: Callable[..., object]) -> None:
 def test_report_redraws_every_page_of_a_multi_model_run_folder(
     tmp_path: Path, hookscope: Callable[..., object]
 ) -> None:
-    from hookscope.report import write_index
+    from hookscope.report._write import write_index
 
     pages = []
     for folder, name in (("2-Encoder", "Encoder"), ("10-Head", "Head")):  # in number order, not text order

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from hookscope.hooks import list_hooks
-from hookscope.watch import WatchResults
+from hookscope.results import WatchResults
 
 
 def read(folder: Path) -> tuple[WatchResults, dict]:

@@ -19,7 +19,7 @@ import torch
 
 from hookscope.cli._progress import StatusLine, is_terminal
 from hookscope.cli._session import WatchedModel
-from hookscope.watch import WatchResults
+from hookscope.results import WatchResults
 
 TWO_MODELS = """
 import torch, torch.nn as nn
@@ -121,7 +121,8 @@ def test_the_crash_banner_reads_as_plain_text(
 
 
 def test_the_index_page_lists_each_models_findings(tmp_path: Path) -> None:
-    from hookscope.report import write_index, write_report
+    from hookscope.report import write_report
+    from hookscope.report._write import write_index
 
     results = WatchResults(steps=torch.arange(2), layers={"fc": "Linear"})
     finding = {"severity": "error", "check": "nonfinite_forward", "path": "fc", "step": 1, "message": "NaN <b>"}

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from hookscope.cli._script import run_script
-from hookscope.watch import WatchResults
+from hookscope.results import WatchResults
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 

@@ -28,8 +28,8 @@ from hookscope.distributed import (
     merge_stats_reducer,
 )
 from hookscope.reducers import StatsReducer
-from hookscope.results import combine_results, merge_results
-from hookscope.watch import WatchResults, watch
+from hookscope.results import WatchResults, combine_results, merge_results
+from hookscope.watch import watch
 
 
 def _model() -> nn.Sequential:

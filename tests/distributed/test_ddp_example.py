@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from hookscope.watch import WatchResults
+from hookscope.results import WatchResults
 
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "ddp_train.py"
 

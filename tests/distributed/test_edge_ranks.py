@@ -20,9 +20,9 @@ from hookscope.callbacks import ActivationStats
 from hookscope.callbacks._merge import merge_activation_stats
 from hookscope.distributed import check_replicas, grad_norms, merge_stats_reducer, union_keys
 from hookscope.reducers import StatsReducer
-from hookscope.results import merge_results
-from hookscope.stats import RECORD
-from hookscope.watch import WatchResults, watch
+from hookscope.results import WatchResults, merge_results
+from hookscope.stats._record import RECORD
+from hookscope.watch import watch
 from hookscope.weights import MaxNorm, register_constraint
 
 from .launch import run_ranks

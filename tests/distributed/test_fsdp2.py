@@ -19,8 +19,8 @@ from hookscope.callbacks import ActivationStats
 from hookscope.callbacks._merge import merge_activation_stats
 from hookscope.distributed import GRAD_SHARDED, grad_norms, is_sharded
 from hookscope.hooks import register_post_accumulate_grad_hook
-from hookscope.results import merge_results
-from hookscope.watch import WatchResults, watch
+from hookscope.results import WatchResults, merge_results
+from hookscope.watch import watch
 
 from .launch import run_ranks
 

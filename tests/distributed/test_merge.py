@@ -6,21 +6,23 @@ from typing import Any
 
 import torch
 
-from hookscope import stats
 from hookscope.distributed import all_reduce, combine_ranks, merge_records, norm_of_shards, union_keys
+from hookscope.stats._describe import describe
+from hookscope.stats._record import Column
+from hookscope.stats._spec import Spec
 
 from .launch import run_ranks
 
 
 def _records(x: torch.Tensor) -> torch.Tensor:
     """(columns, RECORD) records of each column of `x`."""
-    return torch.stack([stats.describe(x[:, j], stats.Spec()).record for j in range(x.shape[1])])
+    return torch.stack([describe(x[:, j], Spec()).record for j in range(x.shape[1])])
 
 
 def _moments(records: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(count, mean, sum of squared deviations) of records."""
-    count, mean = records[:, stats.Column.COUNT], records[:, stats.Column.MEAN]
-    return count, mean, records[:, stats.Column.DEVIATION].square() * count
+    count, mean = records[:, Column.COUNT], records[:, Column.MEAN]
+    return count, mean, records[:, Column.DEVIATION].square() * count
 
 
 def _oracle(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -21,8 +21,8 @@ from torch.nn.parallel import DistributedDataParallel
 from hookscope.callbacks import ActivationStats
 from hookscope.callbacks._merge import merge_activation_stats
 from hookscope.distributed import GRAD_AFTER_ALL_REDUCE, GRAD_LOCAL, is_main_process
-from hookscope.results import combine_results, merge_results
-from hookscope.watch import WatchResults, watch
+from hookscope.results import WatchResults, combine_results, merge_results
+from hookscope.watch import watch
 
 from .launch import run_ranks
 

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from hookscope.watch import WatchResults
+from hookscope.results import WatchResults
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 _BOUNDS = {"Tanh": (-1.0, 1.0), "Sigmoid": (0.0, 1.0), "Hardtanh": (-1.0, 1.0), "Softsign": (-1.0, 1.0)}

@@ -19,7 +19,7 @@ from hookscope.doctor import (
     register_check,
     unregister_check,
 )
-from hookscope.watch import WatchResults
+from hookscope.results import WatchResults
 
 BUILTIN = [
     "nonfinite_forward",

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hookscope.doctor import Finding, diagnose
-from hookscope.watch import WatchResults
+from hookscope.results import WatchResults
 
 
 def series(*values: float) -> torch.Tensor:

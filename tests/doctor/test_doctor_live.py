@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from hookscope.doctor import DiagnosisWarning, Finding, LiveDoctor, Thresholds
-from hookscope.watch import WatchResults
+from hookscope.results import WatchResults
 
 
 class Scripted:

@@ -11,7 +11,8 @@ import torch.nn as nn
 from doctor_oracle import mlp, regression_batches
 
 from hookscope.doctor import DiagnosisWarning, Finding, diagnose
-from hookscope.watch import WatchResults, watch
+from hookscope.results import WatchResults
+from hookscope.watch import watch
 
 
 class LogScale(nn.Module):

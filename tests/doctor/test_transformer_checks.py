@@ -13,7 +13,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hookscope.demo import TinyGPT, TinyGPTConfig, repeat_batch
+from hookscope.demo import TinyGPT, TinyGPTConfig
+from hookscope.demo._transformer import repeat_batch
 from hookscope.doctor import Thresholds, diagnose
 from hookscope.results import WatchResults
 from hookscope.watch import watch

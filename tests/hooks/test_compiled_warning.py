@@ -10,7 +10,8 @@ import torch
 import torch.nn as nn
 
 from hookscope.hooks import CompiledModelWarning
-from hookscope.watch import WatchResults, watch
+from hookscope.results import WatchResults
+from hookscope.watch import watch
 
 INPUTS = [torch.randn(8, 4, generator=torch.Generator().manual_seed(k)) for k in range(3)]
 

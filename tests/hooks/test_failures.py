@@ -14,10 +14,11 @@ import torch
 import torch.nn as nn
 
 from hookscope.callbacks import ActivationStats
-from hookscope.hooks import HookErrors, HookFailureWarning, register_module_hook, scope
+from hookscope.hooks import HookFailureWarning, register_module_hook, scope
+from hookscope.hooks._calls import HookErrors
 from hookscope.monitors import OutputMonitor
 from hookscope.reducers import HistoryReducer
-from hookscope.stats import RecordTable
+from hookscope.stats._record_table import RecordTable
 from hookscope.watch import watch
 from hookscope.watch._params import ParamRecorder
 from hookscope.weights import add_weight_distribution_monitor

@@ -16,8 +16,8 @@ import torch.nn as nn
 
 import hookscope
 from hookscope.callbacks import ActivationStats, Callback, HookCallback
-from hookscope.hooks import REGISTRY
 from hookscope.hooks._calls import CalledHook
+from hookscope.hooks._registry import REGISTRY
 from hookscope.monitors import OutputGradMonitor, OutputMonitor, ParameterGradMonitor, StateMonitor
 from hookscope.reducers import HistoryReducer, StatsReducer
 from hookscope.weights import (

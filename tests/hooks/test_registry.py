@@ -11,7 +11,6 @@ import torch.nn as nn
 import torch.nn.modules.module as module_globals
 
 from hookscope.hooks import (
-    REGISTRY,
     Hook,
     hook_output,
     list_hooks,
@@ -21,6 +20,7 @@ from hookscope.hooks import (
     remove_hooks,
     scope,
 )
+from hookscope.hooks._registry import REGISTRY
 
 
 def _model() -> nn.Sequential:

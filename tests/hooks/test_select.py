@@ -8,14 +8,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from hookscope.hooks import (
-    CompiledModelWarning,
-    named_modules,
-    normalize_path,
-    register_module_hook,
-    select_modules,
-    unwrap,
-)
+from hookscope.hooks import CompiledModelWarning, named_modules, normalize_path, register_module_hook, select_modules
+from hookscope.hooks._select import unwrap
 
 
 class Block(nn.Module):

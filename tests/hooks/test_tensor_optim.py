@@ -7,7 +7,6 @@ import torch
 import torch.nn as nn
 
 from hookscope.hooks import (
-    REGISTRY,
     list_hooks,
     register_global_module_hook,
     register_global_optimizer_hook,
@@ -16,6 +15,7 @@ from hookscope.hooks import (
     register_tensor_hook,
     scope,
 )
+from hookscope.hooks._registry import REGISTRY
 
 
 def test_tensor_hook_can_replace_the_gradient() -> None:

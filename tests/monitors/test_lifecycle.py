@@ -13,7 +13,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from hookscope.hooks import REGISTRY, list_hooks
+from hookscope.hooks import list_hooks
+from hookscope.hooks._registry import REGISTRY
 from hookscope.monitors import (
     DifferenceMonitor,
     InputMonitor,

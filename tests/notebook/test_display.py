@@ -12,10 +12,10 @@ import pytest
 import torch
 import torch.nn as nn
 
-from hookscope.doctor import Finding, Findings, findings_html
-from hookscope.doctor._finding import SEVERITY_COLORS
+from hookscope.doctor import Finding, Findings
+from hookscope.doctor._finding import SEVERITY_COLORS, findings_html
+from hookscope.results import WatchResults
 from hookscope.summary import summary
-from hookscope.watch import WatchResults
 
 HOSTILE = "<img src=x onerror=alert(1)>\u202e"
 """A layer name that would run script in an unescaped page, with a bidi override (RELIABILITY.md H2)."""

@@ -12,8 +12,8 @@ import pytest
 from nbclient import NotebookClient
 
 from hookscope._html import cell
+from hookscope.results import WatchResults
 from hookscope.results._results import layer_figures
-from hookscope.watch import WatchResults
 
 CELLS = [
     # 0: a model with a dead layer (every pre-activation of `hidden` is below 0: the doctor finds dead units)

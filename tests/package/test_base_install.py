@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from hookscope.cli import EXIT_MISSING_EXTRA
-from hookscope.watch import WatchResults
+from hookscope.cli._errors import EXIT_MISSING_EXTRA
+from hookscope.results import WatchResults
 
 pytestmark = pytest.mark.slow
 

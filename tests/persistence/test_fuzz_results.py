@@ -21,8 +21,8 @@ from schema_fuzz import DROP, EXTRA, Mutation, is_about, mutations
 from hookscope import watch
 from hookscope._io import SCHEMA_VERSION, load_bundle
 from hookscope._schema import Field, ListOf, Str
-from hookscope.results import SCHEMA
-from hookscope.watch import WatchResults
+from hookscope.results import WatchResults
+from hookscope.results._results import SCHEMA
 
 _OPTIONAL_DOCUMENT_KEYS = {"skipped_steps", "tensor_order"}  # files written before skipped_steps existed
 

@@ -19,7 +19,7 @@ from hookscope._io import SCHEMA_VERSION, atomic_write, load_bundle
 from hookscope.monitors import OutputMonitor
 from hookscope.reducers import HistogramReducer, ReservoirReducer, StatsReducer
 from hookscope.report import write_report
-from hookscope.watch import WatchResults
+from hookscope.results import WatchResults
 
 
 def _results(steps: int = 3, layers: tuple[str, ...] = ("0", "2")) -> WatchResults:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from hookscope.watch import WatchResults
+from hookscope.results import WatchResults
 
 
 def known_results(steps: int = 6, layers: tuple[str, ...] = ("0", "2")) -> WatchResults:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from hookscope.plot import color_dim, layer_stats
+from hookscope.plot._images import color_dim, layer_stats
 
 
 def test_color_dim_draws_the_histogram_with_low_bins_at_the_bottom() -> None:

@@ -13,8 +13,6 @@ import torch
 
 from hookscope.doctor import diagnose
 from hookscope.plot import (
-    UPDATE_RATIO_GUIDE,
-    layer_stats,
     plot_activations,
     plot_gradient_flow,
     plot_histogram,
@@ -23,9 +21,11 @@ from hookscope.plot import (
     plot_unit_activity,
     plot_update_ratios,
     plot_weights,
-    weight_histograms,
 )
-from hookscope.watch import WatchResults
+from hookscope.plot._images import layer_stats
+from hookscope.plot._watch import UPDATE_RATIO_GUIDE
+from hookscope.plot._weights import weight_histograms
+from hookscope.results import WatchResults
 from stats_oracle import auto_exponent, auto_histogram, values_of
 
 

@@ -21,7 +21,8 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from hookscope.watch import WatchResults, watch
+from hookscope.results import WatchResults
+from hookscope.watch import watch
 
 from .blocks import LSTMLanguageModel, MobileNetV3Small, ResNetSmall, Seq2SeqTransformer, VisionTransformerSmall
 
@@ -331,7 +332,7 @@ def expected_layers(model: nn.Module) -> list[str]:
     """Oracle of watch()'s default selection: modules with parameters of their own, except the `out_proj` of an
     nn.MultiheadAttention (its parent never calls it), and activations without children (torch's, or library
     ones whose class name ends with `Activation`), in model order."""
-    from hookscope.watch import ACTIVATION_TYPES
+    from hookscope.watch._watch import ACTIVATION_TYPES
 
     out_proj = {id(m.out_proj) for m in model.modules() if isinstance(m, nn.MultiheadAttention)}
     chosen = []

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 
-from hookscope.watch import WatchResults
+from hookscope.results import WatchResults
 
 CHROMIUM_FLAGS = (
     "--headless",

@@ -14,10 +14,11 @@ import pytest
 import torch
 
 from hookscope.doctor import diagnose
-from hookscope.report import MAX_LAYERS, write_report
 from hookscope.report import _html as html
+from hookscope.report import write_report
+from hookscope.report._html import MAX_LAYERS
+from hookscope.results import WatchResults
 from hookscope.summary import summary
-from hookscope.watch import WatchResults
 from realmodels.zoo import MODELS, healthy
 
 HOSTILE = "<img src=x onerror=alert(1)>"

@@ -10,9 +10,10 @@ import torch
 
 from hookscope.plot import plot_activations, plot_layer
 from hookscope.plot._base import LABEL_WIDTH
-from hookscope.report import RESULTS_FILE, render_report, write_report
+from hookscope.report import render_report, write_report
+from hookscope.report._data import RESULTS_FILE
 from hookscope.report._html import NAME_WIDTH
-from hookscope.watch import WatchResults
+from hookscope.results import WatchResults
 
 SURROGATE = "block\ud800.fc"
 LONG = "encoder." + "x" * 20000 + ".12345.head"

@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from hookscope.report import render_report, safe_filename, write_report
-from hookscope.stats import SMALL_BELOW
-from hookscope.watch import WatchResults, watch
+from hookscope.report import render_report, write_report
+from hookscope.report._escape import safe_filename
+from hookscope.results import WatchResults
+from hookscope.stats._pending import SMALL_BELOW
+from hookscope.watch import watch
 
 HOSTILE = ("<img src=x onerror=alert(1)>", "</script><script>alert(2)</script>", "evil\u202egnp.exe", "a$b")
 FINDING = {

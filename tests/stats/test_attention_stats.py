@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from hookscope.stats import (
+from hookscope.stats._attention import (
     ATTENTION_VALUES,
     attention_scores,
     attention_slice,

@@ -10,8 +10,26 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hookscope import stats
-from hookscope.stats._histogram import row_counts
+from hookscope.stats._batched import Segments, describe_segments, norm_segments
+from hookscope.stats._describe import describe, describe_large
+from hookscope.stats._histogram import (
+    EXPONENT_NONE,
+    OVERFLOW,
+    UNDERFLOW,
+    auto_edges,
+    check_range,
+    exponent_of,
+    exponent_of_edges,
+    fixed_edges,
+    rebin,
+    row_counts,
+    segment_counts,
+)
+from hookscope.stats._histogram import counts as histogram_counts
+from hookscope.stats._norms import NORM, combine_norms, norm_of
+from hookscope.stats._record import STATISTICS, Column, combine, empty, finalize, from_statistics
+from hookscope.stats._sample import Sampler
+from hookscope.stats._spec import Spec, accumulate_dtype, wide_dtype
 from stats_oracle import Expected, auto_exponent, auto_histogram, close, expected, fixed_histogram, values_of
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -50,7 +68,7 @@ def tensors(draw: st.DrawFn, max_size: int = 300) -> torch.Tensor:
 
 def check(statistics: torch.Tensor, wanted: Expected, rtol: float = 1e-9) -> None:
     """Compare finalized statistics with the oracle, relative to the largest finite magnitude."""
-    got = dict(zip(stats.STATISTICS, statistics.tolist(), strict=True))
+    got = dict(zip(STATISTICS, statistics.tolist(), strict=True))
     scale = max(abs(wanted.min), abs(wanted.max)) if wanted.count else 1.0
     assert got["count"] == wanted.count
     assert got["nonfinite"] == wanted.nonfinite
@@ -66,20 +84,20 @@ def check(statistics: torch.Tensor, wanted: Expected, rtol: float = 1e-9) -> Non
 @given(x=tensors(), signed=st.booleans(), bounded=st.booleans())
 def test_describe_matches_the_oracle(x: torch.Tensor, signed: bool, bounded: bool) -> None:
     bounds = (-1.0, 1.0) if bounded else None
-    spec = stats.Spec(near_zero=0.05 if signed else 1e-3, signed=signed, bounds=bounds)
-    record = stats.describe(x, spec).record
-    check(stats.finalize(record), expected(values_of(x), spec.near_zero, signed, bounds))
+    spec = Spec(near_zero=0.05 if signed else 1e-3, signed=signed, bounds=bounds)
+    record = describe(x, spec).record
+    check(finalize(record), expected(values_of(x), spec.near_zero, signed, bounds))
 
 
 @SETTINGS
 @given(parts=st.lists(tensors(max_size=60), min_size=1, max_size=6))
 def test_combined_parts_equal_the_whole(parts: list[torch.Tensor]) -> None:
     """Records split across steps or ranks and combined (Chan) equal the description of all values at once."""
-    spec = stats.Spec()
-    record = stats.empty()
+    spec = Spec()
+    record = empty()
     for part in parts:
-        record = stats.combine(record, stats.describe(part, spec).record)
-    check(stats.finalize(record), expected(values_of(*parts)), rtol=1e-7)
+        record = combine(record, describe(part, spec).record)
+    check(finalize(record), expected(values_of(*parts)), rtol=1e-7)
 
 
 @SETTINGS
@@ -90,9 +108,9 @@ def test_batched_segments_equal_the_oracle(parts: list[torch.Tensor], groups: in
     if not parts:
         return
     owner = [i % groups for i in range(len(parts))]
-    segments = stats.Segments([p.numel() for p in parts], owner, torch.device("cpu"), [(-1.0, 1.0)] * groups)
+    segments = Segments([p.numel() for p in parts], owner, torch.device("cpu"), [(-1.0, 1.0)] * groups)
     values = torch.cat([p.reshape(-1).double() for p in parts])
-    table = stats.finalize(stats.describe_segments(values, segments, stats.Spec()))
+    table = finalize(describe_segments(values, segments, Spec()))
     for group in range(max(owner) + 1):
         members = [p for p, g in zip(parts, owner, strict=True) if g == group]
         check(table[group], expected(values_of(*members), bounds=(-1.0, 1.0)), rtol=1e-7)
@@ -102,7 +120,7 @@ def test_batched_segments_equal_the_oracle(parts: list[torch.Tensor], groups: in
 @given(x=tensors())
 def test_norms_match_the_oracle(x: torch.Tensor) -> None:
     wanted = expected(values_of(x))
-    norm, nonfinite, count, sampled = stats.norm_of(x).tolist()
+    norm, nonfinite, count, sampled = norm_of(x).tolist()
     assert close(norm, wanted.norm, wanted.norm, 1e-9) or (math.isinf(norm) and wanted.norm > 1.7e308)
     assert (nonfinite, count, sampled) == (wanted.nonfinite, x.numel(), 0)
 
@@ -113,14 +131,14 @@ def test_norm_segments_and_combined_norms_match_the_oracle(parts: list[torch.Ten
     parts = [p for p in parts if p.dtype != torch.float64]
     if not parts:
         return
-    segments = stats.Segments([p.numel() for p in parts], list(range(len(parts))), torch.device("cpu"))
-    table = stats.norm_segments(torch.cat([p.reshape(-1).double() for p in parts]), segments)
-    total = torch.zeros(len(stats.NORM), dtype=torch.float64)
+    segments = Segments([p.numel() for p in parts], list(range(len(parts))), torch.device("cpu"))
+    table = norm_segments(torch.cat([p.reshape(-1).double() for p in parts]), segments)
+    total = torch.zeros(len(NORM), dtype=torch.float64)
     for row, part in zip(table, parts, strict=True):
         wanted = expected(values_of(part))
         assert close(float(row[0]), wanted.norm, wanted.norm, 1e-9)
         assert float(row[1]) == wanted.nonfinite
-        total = stats.combine_norms(total, row)
+        total = combine_norms(total, row)
     everything = expected(values_of(*parts))
     assert close(float(total[0]), everything.norm, everything.norm, 1e-9)
 
@@ -128,15 +146,15 @@ def test_norm_segments_and_combined_norms_match_the_oracle(parts: list[torch.Ten
 @SETTINGS
 @given(x=tensors(), bins=st.sampled_from((2, 8, 40)))
 def test_automatic_histogram_matches_the_oracle(x: torch.Tensor, bins: int) -> None:
-    described = stats.describe(x, stats.Spec())
+    described = describe(x, Spec())
     record = described.record
-    largest = torch.maximum(record[stats.Column.MIN].abs(), record[stats.Column.MAX].abs())
-    exponent = stats.exponent_of(torch.where(record[stats.Column.COUNT] > 0, largest, 0.0))
-    hist = stats.counts(described.values, described.finite, bins, exponent)
+    largest = torch.maximum(record[Column.MIN].abs(), record[Column.MAX].abs())
+    exponent = exponent_of(torch.where(record[Column.COUNT] > 0, largest, 0.0))
+    hist = histogram_counts(described.values, described.finite, bins, exponent)
     values = values_of(x)
     wanted_exponent = auto_exponent(values)
     if wanted_exponent is None:
-        assert int(exponent) == stats.EXPONENT_NONE
+        assert int(exponent) == EXPONENT_NONE
         assert hist[: bins // 2].sum() == 0 and hist[bins // 2 + 1 :].sum() == 0
         assert float(hist.sum()) == np.isfinite(values).sum()
         return
@@ -151,13 +169,13 @@ def test_histograms_of_different_ranges_rebin_exactly(parts: list[torch.Tensor],
     """Histograms of parts with their own ranges, re-binned to the widest and summed, equal one histogram of all."""
     exponents, hists = [], []
     for part in parts:
-        described = stats.describe(part, stats.Spec())
+        described = describe(part, Spec())
         values = described.values[described.finite > 0]
-        exponent = stats.exponent_of(values.abs().amax() if values.numel() else torch.tensor(0.0))
+        exponent = exponent_of(values.abs().amax() if values.numel() else torch.tensor(0.0))
         exponents.append(exponent)
-        hists.append(stats.counts(described.values, described.finite, bins, exponent))
+        hists.append(histogram_counts(described.values, described.finite, bins, exponent))
     target = torch.stack(exponents).amax()
-    total = stats.rebin(torch.stack(hists), torch.stack(exponents), target).sum(0)
+    total = rebin(torch.stack(hists), torch.stack(exponents), target).sum(0)
     everything = values_of(*parts)
     wanted_exponent = auto_exponent(everything)
     if wanted_exponent is not None:
@@ -168,37 +186,37 @@ def test_histograms_of_different_ranges_rebin_exactly(parts: list[torch.Tensor],
 @SETTINGS
 @given(x=tensors(), bounds=st.sampled_from(((-1.0, 1.0), (0.0, 0.5), (-1e300, 1e300), (-3.0, -1.0))))
 def test_fixed_histogram_counts_what_falls_outside(x: torch.Tensor, bounds: tuple[float, float]) -> None:
-    described = stats.describe(x, stats.Spec())
-    hist = stats.counts(described.values, described.finite, 10, None, bounds)
+    described = describe(x, Spec())
+    hist = histogram_counts(described.values, described.finite, 10, None, bounds)
     counts, below, above = fixed_histogram(values_of(x), 10, bounds)
     assert hist[:10].tolist() == counts.tolist()
-    assert hist[stats.UNDERFLOW].item() == below and hist[stats.OVERFLOW].item() == above
-    edges = stats.fixed_edges(bounds, 10)
+    assert hist[UNDERFLOW].item() == below and hist[OVERFLOW].item() == above
+    edges = fixed_edges(bounds, 10)
     assert torch.isfinite(edges).all() and edges[0] == bounds[0] and edges[-1] == bounds[1]
 
 
 def test_edges_of_the_largest_exponents_are_finite() -> None:
     x = torch.tensor([1.7e308, -1.0e308, 3.0], dtype=torch.float64)
-    described = stats.describe(x, stats.Spec())
-    exponent = stats.exponent_of(x.abs().amax())
+    described = describe(x, Spec())
+    exponent = exponent_of(x.abs().amax())
     assert int(exponent) == 1024
-    hist = stats.counts(described.values, described.finite, 40, exponent)
+    hist = histogram_counts(described.values, described.finite, 40, exponent)
     assert hist.sum().item() == 3
-    assert torch.isfinite(stats.auto_edges(1024, 40)).all()
+    assert torch.isfinite(auto_edges(1024, 40)).all()
 
 
 def test_extreme_bf16_and_float32_values_give_finite_statistics() -> None:
     """The issue's cases: bf16 near 1e38 and float32 at +-3e38, described exactly and from a sample."""
     for x in (torch.full((300_000,), 1e38, dtype=torch.bfloat16), torch.tensor([3e38, -3e38] * 100_000)):
-        for described in (stats.describe(x, stats.Spec()), stats.describe_large(x, stats.Spec(), stats.Sampler())):
-            values = stats.finalize(described.record)
+        for described in (describe(x, Spec()), describe_large(x, Spec(), Sampler())):
+            values = finalize(described.record)
             assert torch.isfinite(values[:5]).all(), values
-            assert values[stats.STATISTICS.index("nonfinite")] == 0
+            assert values[STATISTICS.index("nonfinite")] == 0
 
 
 def test_one_nan_does_not_blind_the_statistics() -> None:
     x = torch.tensor([1.0, 2.0, 3.0, math.nan])
-    values = dict(zip(stats.STATISTICS, stats.finalize(stats.describe(x, stats.Spec()).record).tolist(), strict=True))
+    values = dict(zip(STATISTICS, finalize(describe(x, Spec()).record).tolist(), strict=True))
     assert values["mean"] == 2.0 and values["min"] == 1.0 and values["nonfinite"] == 1 and values["count"] == 3
     assert values["std"] == pytest.approx(1.0)
 
@@ -222,10 +240,10 @@ def test_finalized_statistics_turn_back_into_the_records_of_their_values() -> No
         "sampled": 0.25,
     }
     unknown = dict(row, sampled=math.nan)
-    never = dict.fromkeys(stats.STATISTICS, math.nan)
+    never = dict.fromkeys(STATISTICS, math.nan)
     only_nan = never | {"count": 0.0, "nonfinite": 3.0, "sampled": 1.0}
-    table = torch.tensor([[r[name] for name in stats.STATISTICS] for r in (row, unknown, never, only_nan)])
-    got = stats.from_statistics(table)
+    table = torch.tensor([[r[name] for name in STATISTICS] for r in (row, unknown, never, only_nan)])
+    got = from_statistics(table)
     wanted = [6.0, finite.mean(), finite.std(ddof=0), 1.0, 8.0, 2.0, 1.0, 3.0, 2.0]  # the RECORD columns
     assert got[0].tolist() == pytest.approx(wanted, rel=1e-12)
     assert got[1].tolist() == pytest.approx([*wanted[:-1], 0.0], rel=1e-12)
@@ -238,34 +256,34 @@ def test_finalized_statistics_turn_back_into_the_records_of_their_values() -> No
 )
 def test_a_fixed_histogram_range_must_be_two_finite_increasing_numbers(bounds: object) -> None:
     with pytest.raises(ValueError, match=r"^hist_range must be a pair \(low, high\) of finite numbers with low < high"):
-        stats.check_range("hist_range", bounds)
+        check_range("hist_range", bounds)
 
 
 def test_a_fixed_histogram_range_is_read_as_two_floats() -> None:
     for bounds, wanted in (((0, 1), (0.0, 1.0)), ([-2.5, 3], (-2.5, 3.0)), ((-1e300, 1e300), (-1e300, 1e300))):
-        got = stats.check_range("hist_range", bounds)
+        got = check_range("hist_range", bounds)
         assert got == wanted and all(type(b) is float for b in got)
-    assert stats.check_range("hist_range", None) is None
+    assert check_range("hist_range", None) is None
 
 
 def test_the_smallest_subnormal_values_are_described() -> None:
     """float64 values of at most 2**-1074 in magnitude: scaled by a power of two that is itself representable."""
     x = torch.tensor([5e-324, -5e-324, 5e-324, 0.0], dtype=torch.float64)
-    got = dict(zip(stats.STATISTICS, stats.finalize(stats.describe(x, stats.Spec()).record).tolist(), strict=True))
+    got = dict(zip(STATISTICS, finalize(describe(x, Spec()).record).tolist(), strict=True))
     assert got["min"] == -5e-324 and got["max"] == 5e-324 and got["count"] == 4
     assert all(math.isfinite(got[name]) for name in ("mean", "std", "rms"))
-    check(stats.finalize(stats.describe(x, stats.Spec()).record), expected(values_of(x)))
+    check(finalize(describe(x, Spec()).record), expected(values_of(x)))
 
 
 def test_automatic_edges_span_their_power_of_two_and_give_back_its_exponent() -> None:
     for exponent in (-1021, -3, 0, 5, 1023):
-        edges = stats.auto_edges(exponent, 8)
+        edges = auto_edges(exponent, 8)
         assert edges.tolist() == (np.linspace(-1.0, 1.0, 9) * 2.0**exponent).tolist()
-        assert stats.exponent_of_edges(edges) == exponent
-    assert stats.auto_edges(stats.EXPONENT_NONE, 8).tolist() == np.linspace(-1.0, 1.0, 9).tolist()  # radius 1
-    largest = stats.auto_edges(1024, 8)  # 2**1024 is beyond float64: its end edges are shown as the largest float
-    assert largest[-1] == torch.finfo(torch.float64).max and stats.exponent_of_edges(largest) == 1024
-    assert stats.exponent_of_edges(stats.fixed_edges((0.0, 3.0), 4)) == stats.EXPONENT_NONE  # not a power of two
+        assert exponent_of_edges(edges) == exponent
+    assert auto_edges(EXPONENT_NONE, 8).tolist() == np.linspace(-1.0, 1.0, 9).tolist()  # radius 1
+    largest = auto_edges(1024, 8)  # 2**1024 is beyond float64: its end edges are shown as the largest float
+    assert largest[-1] == torch.finfo(torch.float64).max and exponent_of_edges(largest) == 1024
+    assert exponent_of_edges(fixed_edges((0.0, 3.0), 4)) == EXPONENT_NONE  # not a power of two
 
 
 def test_a_histogram_without_a_range_or_exponent_counts_over_zero_to_one() -> None:
@@ -273,25 +291,25 @@ def test_a_histogram_without_a_range_or_exponent_counts_over_zero_to_one() -> No
     values = torch.tensor([-0.5, 0.0, 0.3, 0.99, 1.0, 1.5, 2.5], dtype=torch.float64)
     finite = torch.ones_like(values)
     wanted, below, above = fixed_histogram(values.numpy(), 4, (0.0, 1.0))
-    assert stats.counts(values, finite, 4).tolist() == [*wanted, below, above]
+    assert histogram_counts(values, finite, 4).tolist() == [*wanted, below, above]
     one_group = torch.zeros(values.numel(), dtype=torch.int64)
-    assert stats.segment_counts(values, finite, one_group, 1, 4)[0].tolist() == [*wanted, below, above]
+    assert segment_counts(values, finite, one_group, 1, 4)[0].tolist() == [*wanted, below, above]
     assert row_counts(values.float()[None], finite.float()[None], 4)[0].tolist() == [*wanted, below, above]
 
 
 @pytest.mark.parametrize("near_zero", [1e-3, 0.05, 0.5, 0.0, 2.0**-30, 1e-40])
 def test_the_float32_near_zero_threshold_is_the_largest_float32_at_most_it(near_zero: float) -> None:
-    threshold = stats.Spec(near_zero=near_zero).near_zero32
+    threshold = Spec(near_zero=near_zero).near_zero32
     assert np.float32(threshold) == threshold <= near_zero
     assert float(np.nextafter(np.float32(threshold), np.float32(np.inf))) > near_zero
 
 
 def test_accumulation_dtypes() -> None:
     cpu, mps = torch.device("cpu"), torch.device("mps")
-    assert (stats.wide_dtype(cpu), stats.wide_dtype(mps)) == (torch.float64, torch.float32)  # no float64 on MPS
+    assert (wide_dtype(cpu), wide_dtype(mps)) == (torch.float64, torch.float32)  # no float64 on MPS
     wanted = {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.float32: torch.float32}
     wanted |= {torch.float64: torch.float64, torch.int64: torch.float64, torch.uint8: torch.float64}
-    assert {dtype: stats.accumulate_dtype(dtype, cpu) for dtype in wanted} == wanted
-    assert stats.accumulate_dtype(torch.int64, mps) == torch.float32
+    assert {dtype: accumulate_dtype(dtype, cpu) for dtype in wanted} == wanted
+    assert accumulate_dtype(torch.int64, mps) == torch.float32
     with pytest.raises(TypeError, match=r"must be real, got dtype torch.complex64; push x.abs\(\)"):
-        stats.accumulate_dtype(torch.complex64, cpu)
+        accumulate_dtype(torch.complex64, cpu)

@@ -14,10 +14,13 @@ import torch.nn as nn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hookscope import stats
 from hookscope.distributed import grad_norms, norm_of_shards
 from hookscope.doctor._gradients import gradient_table
-from hookscope.watch import WatchResults, watch
+from hookscope.results import WatchResults
+from hookscope.stats._dtensor import is_dtensor, is_sharded, local_part
+from hookscope.stats._histogram import EXPONENT_NONE, counts, on_widest_range, range_exponent
+from hookscope.stats._norms import combine_norm_segments, combine_norms, norm_of, root_sum_squares
+from hookscope.watch import watch
 from stats_oracle import auto_exponent, auto_histogram
 
 SETTINGS = settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
@@ -38,27 +41,27 @@ def exact_root_sum_squares(norms: list[float]) -> float:
 )
 def test_root_sum_squares_equals_the_exact_root_and_never_overflows(norms: list[float], factor: float) -> None:
     values = [n * factor for n in norms]
-    got = float(stats.root_sum_squares(torch.tensor(values, dtype=torch.float64)))
+    got = float(root_sum_squares(torch.tensor(values, dtype=torch.float64)))
     want = exact_root_sum_squares(values)
     assert got == pytest.approx(want, rel=1e-12, abs=1e-310)
 
 
 def test_root_sum_squares_along_a_dim_and_with_inf() -> None:
     norms = torch.tensor([[3e200, 0.0], [4e200, 2.0]], dtype=torch.float64)
-    torch.testing.assert_close(stats.root_sum_squares(norms, dim=0), torch.tensor([5e200, 2.0], dtype=torch.float64))
-    torch.testing.assert_close(stats.root_sum_squares(norms, dim=1), torch.tensor([3e200, 4e200], dtype=torch.float64))
-    assert math.isinf(float(stats.root_sum_squares(torch.tensor([1.0, math.inf]))))
-    assert float(stats.root_sum_squares(torch.zeros(3))) == 0.0
+    torch.testing.assert_close(root_sum_squares(norms, dim=0), torch.tensor([5e200, 2.0], dtype=torch.float64))
+    torch.testing.assert_close(root_sum_squares(norms, dim=1), torch.tensor([3e200, 4e200], dtype=torch.float64))
+    assert math.isinf(float(root_sum_squares(torch.tensor([1.0, math.inf]))))
+    assert float(root_sum_squares(torch.zeros(3))) == 0.0
 
 
 def test_combine_norms_and_norm_records_merge_by_the_one_rule() -> None:
     generator = torch.Generator().manual_seed(0)
     parts = [torch.randn(n, generator=generator, dtype=torch.float64) * 1e180 for n in (5, 7, 3)]
-    records = torch.stack([stats.norm_of(p) for p in parts])
+    records = torch.stack([norm_of(p) for p in parts])
     whole = torch.cat(parts)
     want = math.sqrt(sum(float((p / 1e180).square().sum()) for p in parts)) * 1e180  # scaled by hand, no overflow
-    folded = stats.combine_norms(stats.combine_norms(records[0], records[1]), records[2])
-    grouped = stats.combine_norm_segments(records, torch.zeros(3, dtype=torch.int64), 1)[0]
+    folded = combine_norms(combine_norms(records[0], records[1]), records[2])
+    grouped = combine_norm_segments(records, torch.zeros(3, dtype=torch.int64), 1)[0]
     for merged in (folded, grouped):
         assert float(merged[0]) == pytest.approx(want, rel=1e-12)
         assert merged[2].item() == whole.numel()
@@ -68,9 +71,9 @@ def test_combine_norms_and_norm_records_merge_by_the_one_rule() -> None:
 def test_range_exponent_is_the_oracle_exponent_of_the_largest_finite_magnitude() -> None:
     cases = [[0.5, -3.0, math.nan], [math.inf, 1.0], [0.0, 0.0], [1e-310], [2.0], [-(2.0**60), 1.0], []]
     for values in cases:
-        got = int(stats.range_exponent(torch.tensor(values, dtype=torch.float64)))
+        got = int(range_exponent(torch.tensor(values, dtype=torch.float64)))
         want = auto_exponent(np.array(values, dtype=np.float64))
-        assert got == (stats.EXPONENT_NONE if want is None else want), values
+        assert got == (EXPONENT_NONE if want is None else want), values
 
 
 @SETTINGS
@@ -79,9 +82,9 @@ def test_histograms_on_the_widest_range_equal_one_histogram_of_all_values(scales
     bins = 8
     generator = torch.Generator().manual_seed(seed)
     parts = [torch.randn(20, generator=generator, dtype=torch.float64) * s for s in scales]
-    exponents = torch.stack([stats.range_exponent(p) for p in parts])
-    hists = torch.stack([stats.counts(p, torch.ones_like(p), bins, e) for p, e in zip(parts, exponents, strict=True)])
-    widened, target = stats.on_widest_range(hists, exponents)
+    exponents = torch.stack([range_exponent(p) for p in parts])
+    hists = torch.stack([counts(p, torch.ones_like(p), bins, e) for p, e in zip(parts, exponents, strict=True)])
+    widened, target = on_widest_range(hists, exponents)
     values = torch.cat(parts).numpy()
     want_exponent = auto_exponent(values)
     assert int(target) == want_exponent
@@ -92,14 +95,14 @@ def test_histograms_on_the_widest_range_equal_one_histogram_of_all_values(scales
 
 
 def test_on_widest_range_of_nothing_is_the_empty_range() -> None:
-    hists, target = stats.on_widest_range(torch.zeros(0, 10), torch.zeros(0, dtype=torch.int64))
-    assert hists.shape == (0, 10) and int(target) == stats.EXPONENT_NONE
+    hists, target = on_widest_range(torch.zeros(0, 10), torch.zeros(0, dtype=torch.int64))
+    assert hists.shape == (0, 10) and int(target) == EXPONENT_NONE
 
 
 def test_plain_tensors_are_not_dtensors() -> None:
     x = torch.ones(3)
-    assert not stats.is_dtensor(x) and not stats.is_sharded(x) and stats.local_part(x) is x
-    assert not stats.is_dtensor(nn.Parameter(x)) and not stats.is_dtensor(None)
+    assert not is_dtensor(x) and not is_sharded(x) and local_part(x) is x
+    assert not is_dtensor(nn.Parameter(x)) and not is_dtensor(None)
 
 
 def test_grad_norms_use_watch_norm_a_nan_is_counted_not_dropped() -> None:

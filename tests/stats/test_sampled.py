@@ -17,9 +17,15 @@ import numpy as np
 import pytest
 import torch
 
-from hookscope import stats
-from hookscope.stats._histogram import row_counts
-from hookscope.stats._sample import period_for
+from hookscope.stats._describe import describe, describe_large
+from hookscope.stats._histogram import counts as histogram_counts
+from hookscope.stats._histogram import exponent_of, row_counts
+from hookscope.stats._norm_table import NormTable
+from hookscope.stats._norms import norm_of
+from hookscope.stats._record import STATISTICS, finalize
+from hookscope.stats._record_table import RecordTable
+from hookscope.stats._sample import SAMPLE_SIZE, Sampler, period_for
+from hookscope.stats._spec import Spec
 from stats_oracle import auto_exponent, auto_histogram, auto_shares, expected, fixed_histogram, values_of
 
 
@@ -70,10 +76,10 @@ def test_sampled_statistics_are_within_the_bounds(layout: str, dtype: torch.dtyp
     exponent = auto_exponent(values)
     assert exponent is not None
     truth = auto_shares(values, bins, exponent)
-    sampler = stats.Sampler(seed=1)
+    sampler = Sampler(seed=1)
     for _ in range(5):
-        described = stats.describe_large(x, stats.Spec(), sampler)
-        got = dict(zip(stats.STATISTICS, stats.finalize(described.record).tolist(), strict=True))
+        described = describe_large(x, Spec(), sampler)
+        got = dict(zip(STATISTICS, finalize(described.record).tolist(), strict=True))
         n = described.values.numel()  # the sample's size
         assert got["sampled"] == 1.0
         assert got["count"] == wanted.count and got["nonfinite"] == 0
@@ -82,7 +88,7 @@ def test_sampled_statistics_are_within_the_bounds(layout: str, dtype: torch.dtyp
         assert got["std"] == pytest.approx(wanted.std, rel=0.02)
         assert abs(got["near_zero"] - wanted.near_zero) <= _bound(np.array(wanted.near_zero), n)
         largest = max(abs(got["min"]), abs(got["max"]))
-        hist = stats.counts(described.values, described.finite, bins, stats.exponent_of(torch.tensor(largest)))
+        hist = histogram_counts(described.values, described.finite, bins, exponent_of(torch.tensor(largest)))
         share = hist[:bins].numpy() / float(hist[:bins].sum())
         assert (np.abs(share - truth) <= _bound(truth, n)).all()
 
@@ -100,7 +106,7 @@ def test_sampled_unit_activity_follows_each_unit() -> None:
     x[:, :8] = -1.0  # eight dead channels
     x[:, 8:16] = torch.rand(16, 8, 24, 24) + 0.1  # eight always active
     truth = (x > 0).double().mean(dim=(0, 2, 3))
-    table = stats.RecordTable(1, stats.Spec(), sampler=stats.Sampler(seed=3), unit_dim=lambda key, ndim: 1)
+    table = RecordTable(1, Spec(), sampler=Sampler(seed=3), unit_dim=lambda key, ndim: 1)
     table.allocate(1, torch.device("cpu"))
     table.add(0, 0, x)
     activity = table.unit_activity()[0]
@@ -115,8 +121,8 @@ def test_non_finite_values_in_a_sampled_tensor_are_found_and_do_not_blind_it() -
     x[7] = math.inf
     got = dict(
         zip(
-            stats.STATISTICS,
-            stats.finalize(stats.describe_large(x, stats.Spec(), stats.Sampler()).record).tolist(),
+            STATISTICS,
+            finalize(describe_large(x, Spec(), Sampler()).record).tolist(),
             strict=True,
         )
     )
@@ -132,21 +138,21 @@ def test_non_finite_values_in_a_sampled_tensor_are_found_and_do_not_blind_it() -
 
 def test_exact_describe_large_without_a_sampler_is_the_reference() -> None:
     x = _one_hot_channel()
-    sampled_path = stats.describe_large(x, stats.Spec(), None).record
-    assert torch.equal(sampled_path.nan_to_num(), stats.describe(x, stats.Spec()).record.nan_to_num())
+    sampled_path = describe_large(x, Spec(), None).record
+    assert torch.equal(sampled_path.nan_to_num(), describe(x, Spec()).record.nan_to_num())
 
 
 def test_the_sample_visits_every_channel_in_proportion_and_never_repeats() -> None:
     """In one NCHW tensor (each channel a contiguous block) every channel gets its share of the sample, +-1."""
     shape = (1, 64, 96, 96)
     n = math.prod(shape)
-    sampler = stats.Sampler(seed=0)
+    sampler = Sampler(seed=0)
     for _ in range(3):
         padded, count = sampler.index(n, torch.device("cpu"))
-        assert padded.numel() == stats.SAMPLE_SIZE  # every sample has the same width: its rows stack
+        assert padded.numel() == SAMPLE_SIZE  # every sample has the same width: its rows stack
         index = padded[:count]
         assert index.unique().numel() == index.numel()
-        assert 0.9 * stats.SAMPLE_SIZE <= index.numel() <= stats.SAMPLE_SIZE
+        assert 0.9 * SAMPLE_SIZE <= index.numel() <= SAMPLE_SIZE
         assert int(index.min()) >= 0 and int(index.max()) < n
         channels = torch.bincount(index // (96 * 96), minlength=64)
         assert int(channels.max() - channels.min()) <= 2  # +-1 around the share, the random start included
@@ -156,12 +162,12 @@ def test_sampling_leaves_the_users_random_stream_alone() -> None:
     torch.manual_seed(5)
     expected_draw = torch.rand(3)
     torch.manual_seed(5)
-    stats.describe_large(torch.randn(300_000), stats.Spec(), stats.Sampler())
+    describe_large(torch.randn(300_000), Spec(), Sampler())
     assert not torch.equal(torch.rand(3), expected_draw)  # randn above consumed the stream ...
     torch.manual_seed(5)
     x = torch.randn(300_000)
     after_input = torch.get_rng_state()
-    stats.describe_large(x, stats.Spec(), stats.Sampler())
+    describe_large(x, Spec(), Sampler())
     assert torch.equal(torch.get_rng_state(), after_input)  # ... the sampler did not
 
 
@@ -186,12 +192,12 @@ def _check_norm(record: list[float], x: torch.Tensor) -> None:
 
 def test_norms_estimated_from_a_sample_match_the_oracle() -> None:
     for x in _norm_cases(0.01):
-        _check_norm(stats.norm_of(x, stats.Sampler(seed=2)).tolist(), x)
+        _check_norm(norm_of(x, Sampler(seed=2)).tolist(), x)
 
 
 def test_norm_table_cells_of_sampled_tensors_match_the_oracle() -> None:
     cases = _norm_cases(0.01)
-    table = stats.NormTable(len(cases), stats.Sampler(seed=2))
+    table = NormTable(len(cases), Sampler(seed=2))
     table.allocate(1, torch.device("cpu"))
     for key, x in enumerate(cases):
         table.add(0, key, x)
@@ -209,7 +215,7 @@ def test_norm_table_cells_of_sampled_tensors_match_the_oracle() -> None:
 )
 def test_the_sampled_norm_of_a_tensor_with_many_nan_is_the_norm_of_its_finite_values() -> None:
     x = _norm_cases(0.1)[0]
-    norm = float(stats.norm_of(x, stats.Sampler(seed=2))[0])
+    norm = float(norm_of(x, Sampler(seed=2))[0])
     assert norm == pytest.approx(expected(values_of(x)).norm, rel=0.03)
 
 
@@ -237,8 +243,8 @@ def test_the_saturated_share_of_a_sampled_tensor_is_within_the_bounds(bounds: tu
     z = torch.randn(64, 4096) * 4.0
     x = torch.sigmoid(z) if bounds == (0.0, 1.0) else torch.tanh(z / 2)
     wanted = expected(values_of(x), bounds=bounds)
-    described = stats.describe_large(x, stats.Spec(bounds=bounds), stats.Sampler(seed=4))
-    got = dict(zip(stats.STATISTICS, stats.finalize(described.record).tolist(), strict=True))
+    described = describe_large(x, Spec(bounds=bounds), Sampler(seed=4))
+    got = dict(zip(STATISTICS, finalize(described.record).tolist(), strict=True))
     assert 0.1 < wanted.saturated < 0.5
     assert abs(got["saturated"] - wanted.saturated) <= _bound(np.array(wanted.saturated), described.values.numel())
 
@@ -248,8 +254,8 @@ def test_the_count_of_a_sampled_tensor_with_many_nan_leaves_them_out() -> None:
     standard errors of a share of 0.1 in 8192 values) and add up to the number of values."""
     x = _norm_cases(0.1)[0]
     wanted = expected(values_of(x))
-    record = stats.describe_large(x, stats.Spec(), stats.Sampler()).record
-    got = dict(zip(stats.STATISTICS, stats.finalize(record).tolist(), strict=True))
+    record = describe_large(x, Spec(), Sampler()).record
+    got = dict(zip(STATISTICS, finalize(record).tolist(), strict=True))
     assert got["count"] + got["nonfinite"] == x.numel()
     assert got["count"] == pytest.approx(wanted.count, abs=4 * x.numel() * math.sqrt(0.09 / 8192))
 
@@ -268,7 +274,7 @@ def _primes_from(first: int, count: int) -> list[int]:
 def test_the_sample_period_gives_the_largest_sample_among_its_candidates(n: int) -> None:
     """`period_for` against its definition, by brute force: of the first 64 primes from max(11, n / size) to three
     times that, the one whose evenly spread offsets give the most values without exceeding `size`."""
-    size = stats.SAMPLE_SIZE
+    size = SAMPLE_SIZE
     candidates = _primes_from(max(11, math.ceil(n / size)), 64)
     best = max((n // p) * min(p, size * p // n) for p in candidates)
     period, offsets = period_for(n, size)

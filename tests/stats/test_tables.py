@@ -12,7 +12,14 @@ import torch.nn as nn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hookscope import stats
+from hookscope.stats._histogram import EXPONENT_NONE
+from hookscope.stats._norm_table import NormTable
+from hookscope.stats._pending import SMALL_BELOW
+from hookscope.stats._record import STATISTICS, finalize
+from hookscope.stats._record_table import RecordTable
+from hookscope.stats._sample import SAMPLE_SIZE, Sampler
+from hookscope.stats._spec import Spec
+from hookscope.stats._units import UnitCounts, unit_dims
 from stats_oracle import auto_exponent, auto_histogram, close, expected, values_of
 
 SETTINGS = settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
@@ -38,7 +45,7 @@ def observations(draw: st.DrawFn) -> list[tuple[int, int, torch.Tensor] | None]:
 
 
 def _observe(
-    table: stats.RecordTable | stats.NormTable, steps: list[tuple[int, int, torch.Tensor] | None]
+    table: RecordTable | NormTable, steps: list[tuple[int, int, torch.Tensor] | None]
 ) -> dict[tuple[int, int], list[torch.Tensor]]:
     """Add each observation of `steps` to `table` (`None`: flush there), flush, and return what each cell saw."""
     seen: dict[tuple[int, int], list[torch.Tensor]] = {}
@@ -57,16 +64,16 @@ def _observe(
 @given(steps=observations(), bounded=st.booleans())
 def test_record_table_cells_equal_the_oracle(steps: list[tuple[int, int, torch.Tensor] | None], bounded: bool) -> None:
     saturation = [(-1.0, 1.0) if bounded else None, None, (0.0, 1.0)]
-    table = stats.RecordTable(KEYS, stats.Spec(), bins=BINS, saturation=saturation)
+    table = RecordTable(KEYS, Spec(), bins=BINS, saturation=saturation)
     table.allocate(ROWS, torch.device("cpu"))
     seen = _observe(table, steps)
     assert table.records is not None and table.hists is not None and table.exponents is not None
-    finalized = stats.finalize(table.records)
+    finalized = finalize(table.records)
     for row in range(ROWS):
         for key in range(KEYS):
             values = values_of(*seen.get((row, key), []))
             wanted = expected(values, bounds=saturation[key])
-            got = dict(zip(stats.STATISTICS, finalized[row, key].tolist(), strict=True))
+            got = dict(zip(STATISTICS, finalized[row, key].tolist(), strict=True))
             assert got["count"] == wanted.count and got["nonfinite"] == wanted.nonfinite
             scale = max(abs(wanted.min), abs(wanted.max)) if wanted.count else 1.0
             for name in ("mean", "std", "min", "max", "near_zero", "saturated"):
@@ -82,7 +89,7 @@ def test_record_table_cells_equal_the_oracle(steps: list[tuple[int, int, torch.T
 @SETTINGS
 @given(steps=observations())
 def test_norm_table_cells_equal_the_oracle(steps: list[tuple[int, int, torch.Tensor] | None]) -> None:
-    table = stats.NormTable(KEYS)
+    table = NormTable(KEYS)
     table.allocate(ROWS, torch.device("cpu"))
     seen = _observe(table, steps)
     assert table.norms is not None
@@ -95,7 +102,7 @@ def test_norm_table_cells_equal_the_oracle(steps: list[tuple[int, int, torch.Ten
 
 
 def test_unit_activity_of_small_and_large_outputs_equals_counting_each_unit() -> None:
-    table = stats.RecordTable(2, stats.Spec(), unit_dim=lambda key, ndim: 1 if ndim == 4 else ndim - 1)
+    table = RecordTable(2, Spec(), unit_dim=lambda key, ndim: 1 if ndim == 4 else ndim - 1)
     table.allocate(1, torch.device("cpu"))
     small = [torch.randn(4, 6) for _ in range(3)]
     large = [torch.randn(8, 16, 20, 20) for _ in range(2)]  # 51200 values: described at once, exactly
@@ -111,7 +118,7 @@ def test_unit_activity_of_small_and_large_outputs_equals_counting_each_unit() ->
 
 
 def test_fixed_range_histograms_count_what_falls_outside() -> None:
-    table = stats.RecordTable(1, stats.Spec(), bins=4, hist_range=(0.0, 1.0))
+    table = RecordTable(1, Spec(), bins=4, hist_range=(0.0, 1.0))
     table.allocate(1, torch.device("cpu"))
     table.add(0, 0, torch.tensor([-1.0, 0.1, 0.6, 1.0, 2.0, math.nan]))
     table.add(0, 0, torch.full((40_000,), 0.3))
@@ -135,18 +142,18 @@ def test_units_are_the_channels_of_4d_5d_and_channel_first_layers_else_the_last_
         (nn.LayerNorm(2), 3, (2, (0, 1))),
     ]
     for module, ndim, wanted in cases:
-        assert stats.unit_dims(module, ndim) == wanted, (module, ndim)
+        assert unit_dims(module, ndim) == wanted, (module, ndim)
 
 
 def test_unit_counts_saved_and_loaded_go_on_where_they_were() -> None:
     cpu = torch.device("cpu")
-    units = stats.UnitCounts(3)
+    units = UnitCounts(3)
     first, third = units.slot(0, 4, cpu), units.slot(2, 2, cpu)  # key 1 is never observed
     assert first is not None and third is not None
     positions = torch.tensor([first, first + 1, first + 2, first + 3, third, third + 1])
     active = torch.tensor([1.0, 0.0, 2.0, 3.0, 1.0, 0.0], dtype=torch.float64)
     units.add(positions, active, torch.tensor([2.0, 2.0, 2.0, 4.0, 1.0, 1.0], dtype=torch.float64))
-    loaded = stats.UnitCounts(3)
+    loaded = UnitCounts(3)
     loaded.load(units.state(), cpu)
     fractions = loaded.fractions()
     assert fractions[1] is None
@@ -164,19 +171,19 @@ def test_a_discarded_row_id_forgets_its_cells_and_what_waits_for_them() -> None:
     """Row ids wrap around the rows (a ring of steps): `discard(5)` of a 3-row table empties row 2 and what waits
     for row id 5 and leaves the other rows alone. `pending_values` counts the values waiting: copies of tensors
     below `SMALL_BELOW` values, the sample of larger ones."""
-    table = stats.NormTable(1, stats.Sampler(seed=0))
+    table = NormTable(1, Sampler(seed=0))
     table.allocate(3, torch.device("cpu"))
     assert table.pending_values == 0
     table.add(5, 0, torch.randn(10))
     table.flush()
-    small, large = torch.randn(stats.SMALL_BELOW - 1), torch.randn(stats.SMALL_BELOW)
+    small, large = torch.randn(SMALL_BELOW - 1), torch.randn(SMALL_BELOW)
     table.add(5, 0, torch.randn(5))
-    table.add(5, 0, torch.randn(stats.SMALL_BELOW))
+    table.add(5, 0, torch.randn(SMALL_BELOW))
     table.add(4, 0, small)
     table.add(4, 0, large)
-    assert table.pending_values == 5 + small.numel() + 2 * stats.SAMPLE_SIZE
+    assert table.pending_values == 5 + small.numel() + 2 * SAMPLE_SIZE
     table.discard(5)
-    assert table.pending_values == small.numel() + stats.SAMPLE_SIZE
+    assert table.pending_values == small.numel() + SAMPLE_SIZE
     table.flush()
     assert table.pending_values == 0 and table.norms is not None
     wanted = expected(values_of(small, large)).norm
@@ -186,18 +193,18 @@ def test_a_discarded_row_id_forgets_its_cells_and_what_waits_for_them() -> None:
 
 def test_a_table_allocated_on_another_device_writes_what_waits_then_moves_there() -> None:
     """The "meta" device stands for a second device on a machine without one: only where tensors live is read."""
-    for table in (stats.RecordTable(1, stats.Spec(), bins=4), stats.NormTable(1)):
+    for table in (RecordTable(1, Spec(), bins=4), NormTable(1)):
         table.allocate(2, torch.device("cpu"))
         table.add(0, 0, torch.randn(5))
         assert table.is_pending
         table.allocate(2, torch.device("meta"))
         assert not table.is_pending and table.device == torch.device("meta")
-        held = [table.records, table.hists] if isinstance(table, stats.RecordTable) else [table.norms]
+        held = [table.records, table.hists] if isinstance(table, RecordTable) else [table.norms]
         assert [t.device.type for t in held if t is not None] == ["meta"] * len(held)
 
 
 def test_reset_rows_are_empty_and_grown_tables_keep_their_rows() -> None:
-    table = stats.RecordTable(2, stats.Spec(), bins=4, saturation=[(0.0, 1.0), None])
+    table = RecordTable(2, Spec(), bins=4, saturation=[(0.0, 1.0), None])
     table.allocate(2, torch.device("cpu"))
     for row in range(2):
         for key in range(2):
@@ -213,7 +220,7 @@ def test_reset_rows_are_empty_and_grown_tables_keep_their_rows() -> None:
     empty = [[0.0, 0.0, 0.0, math.inf, -math.inf, 0.0, 0.0, saturated, 0.0] for saturated in (0.0, math.nan)]
     for row in (1, 2, 3):  # reset, and new
         torch.testing.assert_close(table.records[row], torch.tensor(empty, dtype=torch.float64), equal_nan=True)
-        assert not table.hists[row].any() and table.exponents[row].tolist() == [stats.EXPONENT_NONE] * 2
+        assert not table.hists[row].any() and table.exponents[row].tolist() == [EXPONENT_NONE] * 2
 
 
 def test_sampled_tensors_of_several_keys_keep_their_saturation_and_unit_activity_apart() -> None:
@@ -225,17 +232,17 @@ def test_sampled_tensors_of_several_keys_keep_their_saturation_and_unit_activity
     z[:, 2:4] = 50.0
     outputs = [torch.sigmoid(z), torch.tanh(z)]
     bounds = [(0.0, 1.0), (-1.0, 1.0)]
-    sampler = stats.Sampler(seed=5)
-    table = stats.RecordTable(2, stats.Spec(), saturation=bounds, sampler=sampler, unit_dim=lambda key, ndim: 1)
+    sampler = Sampler(seed=5)
+    table = RecordTable(2, Spec(), saturation=bounds, sampler=sampler, unit_dim=lambda key, ndim: 1)
     table.allocate(1, torch.device("cpu"))
     for key, x in enumerate(outputs):
         table.add(0, key, x)
     sigmoid, tanh = table.unit_activity()
     assert table.records is not None
-    finalized = stats.finalize(table.records[0])
+    finalized = finalize(table.records[0])
     for key, x in enumerate(outputs):
         wanted = expected(values_of(x), bounds=bounds[key])
-        saturated = float(finalized[key, stats.STATISTICS.index("saturated")])
+        saturated = float(finalized[key, STATISTICS.index("saturated")])
         assert 0.3 < wanted.saturated < 0.8
         assert abs(saturated - wanted.saturated) <= 3 * math.sqrt(0.25 / 7000)  # a share of a sample of 7000+
     assert sigmoid is not None and sigmoid.tolist() == [1.0] * 8
@@ -245,7 +252,7 @@ def test_sampled_tensors_of_several_keys_keep_their_saturation_and_unit_activity
 def test_tensors_of_16384_values_or_more_are_sampled_and_owned_copies_are_kept_as_they_are() -> None:
     """README: outputs of 16384 values or more are described from a sample, smaller ones exactly; a float32 tensor
     handed over as `owned` is described like a copy of it."""
-    table = stats.RecordTable(3, stats.Spec(), sampler=stats.Sampler())
+    table = RecordTable(3, Spec(), sampler=Sampler())
     table.allocate(1, torch.device("cpu"))
     owned = torch.randn(50)
     wanted = expected(values_of(owned))
@@ -254,14 +261,14 @@ def test_tensors_of_16384_values_or_more_are_sampled_and_owned_copies_are_kept_a
     table.add(0, 2, owned, owned=True)
     table.flush()
     assert table.records is not None
-    finalized = stats.finalize(table.records[0])
-    assert finalized[:, stats.STATISTICS.index("sampled")].tolist() == [0.0, 1.0, 0.0]
-    got = dict(zip(stats.STATISTICS, finalized[2].tolist(), strict=True))
+    finalized = finalize(table.records[0])
+    assert finalized[:, STATISTICS.index("sampled")].tolist() == [0.0, 1.0, 0.0]
+    got = dict(zip(STATISTICS, finalized[2].tolist(), strict=True))
     assert close(got["mean"], wanted.mean, 3.0, 1e-7) and close(got["std"], wanted.std, 3.0, 1e-7)
 
 
 def test_an_empty_tensor_leaves_no_trace() -> None:
-    table = stats.RecordTable(1, stats.Spec(), bins=4, unit_dim=lambda key, ndim: ndim - 1)
+    table = RecordTable(1, Spec(), bins=4, unit_dim=lambda key, ndim: ndim - 1)
     table.allocate(1, torch.device("cpu"))
     table.add(0, 0, torch.empty(0, 4))
     assert not table.is_pending and table.pending_values == 0

@@ -11,8 +11,9 @@ import torch.nn as nn
 from rich.console import Console
 from summary_models import ResNet18
 
-from hookscope.summary import ModelSummary, format_flops, shorten_end, shorten_middle, shorten_path, summary
-from hookscope.summary._fit import ColumnFit, fit_widths
+from hookscope.summary import ModelSummary, summary
+from hookscope.summary._fit import ColumnFit, fit_widths, shorten_end, shorten_middle, shorten_path
+from hookscope.summary._render import format_flops
 
 # --- the pure helpers --------------------------------------------------------------------------------------------
 

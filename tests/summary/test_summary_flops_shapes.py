@@ -10,7 +10,8 @@ import torch
 import torch.nn as nn
 from torch.distributions import Categorical, Normal
 
-from hookscope.summary import COUNTED_OPS, summary
+from hookscope.summary import summary
+from hookscope.summary._flops import COUNTED_OPS
 
 # --- normalizations: 2 FLOPs per element; activations: 1 ------------------------------------------------------------
 

@@ -9,7 +9,8 @@ import torch
 import torch.nn as nn
 from summary_models import LSTMTagger, SmallCNN, mlp
 
-from hookscope.summary import summary, to_dtype
+from hookscope.summary import summary
+from hookscope.summary._inputs import to_dtype
 
 
 def own_counts(model: nn.Module) -> dict[str, int]:

@@ -11,7 +11,8 @@ import torch
 import torch.nn as nn
 from torch.profiler import ProfilerActivity, profile
 
-from hookscope.summary import OPTIMIZER_STATES, summary
+from hookscope.summary import summary
+from hookscope.summary._memory import OPTIMIZER_STATES
 
 
 def cnn() -> nn.Module:

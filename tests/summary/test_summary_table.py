@@ -19,7 +19,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 import hookscope.hooks as hooks
-from hookscope.summary import ModelSummary, format_bytes, format_flops, summary
+from hookscope.hooks._registry import REGISTRY
+from hookscope.summary import ModelSummary, summary
+from hookscope.summary._render import format_bytes, format_flops
 
 
 def hook_counts(model: nn.Module) -> list[int]:
@@ -166,12 +168,12 @@ def test_hooks_column_lists_hooks_placed_before_and_the_summary_leaves_none() ->
     hook = hooks.hook_output(model.head)
     model.pool.register_forward_pre_hook(lambda m, a: None)
     hooks.register_post_accumulate_grad_hook(model.head.weight, lambda p: None, owner="clipper")
-    before, registry = hook_counts(model), len(hooks.REGISTRY)
+    before, registry = hook_counts(model), len(REGISTRY)
     s = summary(model, input_size=(1, 3, 8, 8))
     assert s["head"].hooks == ("forward[Hook]", "weight.post_accumulate_grad[clipper]")
     assert s["pool"].hooks == ("forward_pre[user]",)
     assert s["features"].hooks == ()
-    assert hook_counts(model) == before and len(hooks.REGISTRY) == registry
+    assert hook_counts(model) == before and len(REGISTRY) == registry
     hook.remove()
 
 

@@ -14,7 +14,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import hookscope.stats._attention as engine
-from hookscope.demo import TinyAttention, TinyGPT, TinyGPTConfig, repeat_batch, tiny_gpt_optimizer, train_tiny_gpt
+from hookscope.demo import TinyGPT, TinyGPTConfig, tiny_gpt_optimizer, train_tiny_gpt
+from hookscope.demo._transformer import TinyAttention, repeat_batch
 from hookscope.doctor import diagnose
 from hookscope.results import WatchResults, combine_results
 from hookscope.watch import watch

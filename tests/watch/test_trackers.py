@@ -17,7 +17,8 @@ from tracker_runs import offline_run, train_watched
 
 from hookscope.doctor import Finding, Findings
 from hookscope.report import write_report
-from hookscope.watch import MLflowSink, WandbSink, WatchResults
+from hookscope.results import WatchResults
+from hookscope.watch import MLflowSink, WandbSink
 from hookscope.watch._trackers import KeyNames, step_rows, tracker_key
 
 FINDINGS = Findings(

@@ -11,7 +11,8 @@ import torch.nn as nn
 from torch._dynamo.utils import counters
 
 from hookscope.callbacks import ActivationStats
-from hookscope.watch import WatchResults, watch
+from hookscope.results import WatchResults
+from hookscope.watch import watch
 
 # The only "break" dynamo may log: the training-loop driver's root hooks, run as is before and after the graph.
 _DRIVER_SKIP = "Skip calling `torch.compiler.disable()`d function"

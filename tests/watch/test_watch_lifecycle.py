@@ -14,8 +14,9 @@ import pytest
 import torch
 import torch.nn as nn
 
-from hookscope.hooks import REGISTRY
-from hookscope.watch import CSVSink, JSONLSink, TensorBoardSink, UnobservedModuleWarning, Watch, WatchResults, watch
+from hookscope.hooks._registry import REGISTRY
+from hookscope.results import WatchResults
+from hookscope.watch import CSVSink, JSONLSink, TensorBoardSink, UnobservedModuleWarning, Watch, watch
 
 
 def mlp() -> nn.Sequential:

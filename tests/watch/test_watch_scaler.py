@@ -10,7 +10,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from hookscope.watch import Watch, WatchResults, watch
+from hookscope.results import WatchResults
+from hookscope.watch import Watch, watch
 
 
 def _oracle_output_grad_norms(model: nn.Sequential, x: torch.Tensor) -> list[float]:

@@ -9,7 +9,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from hookscope.watch import default_selector, watch
+from hookscope.watch import watch
+from hookscope.watch._watch import default_selector
 from realmodels.blocks import Conv2dNormActivation, MobileNetV3Small, Seq2SeqTransformer
 from realmodels.zoo import expected_layers
 

@@ -11,7 +11,8 @@ import torch
 import torch.nn as nn
 
 from hookscope.callbacks import HookCallback, LoopDriver
-from hookscope.watch import ACTIVATION_STATS, Watch, watch
+from hookscope.results._results import ACTIVATION_STATS
+from hookscope.watch import Watch, watch
 from stats_oracle import auto_exponent, auto_histogram, values_of
 
 # The oracle's full backward hooks see modules whose inputs need no gradient; torch warns about that.

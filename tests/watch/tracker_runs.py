@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 
 import hookscope
-from hookscope.watch import WatchResults
+from hookscope.results import WatchResults
 
 _BLOCK = 32768
 _HEADER = struct.Struct("<4sHB")  # ident ":W&B", magic, version

@@ -14,12 +14,12 @@ from weights_support import forbid_host_sync, make_mlp
 
 from hookscope.hooks import list_hooks
 from hookscope.weights import (
-    STAT_NAMES,
     add_weight_change_monitor_hook,
     add_weight_distribution_monitor,
     compute_weight_changes,
     weight_distance,
 )
+from hookscope.weights._change import STAT_NAMES
 
 
 def _oracle(w: np.ndarray, w0: np.ndarray, metric: str) -> float:

@@ -17,10 +17,10 @@ from hookscope.weights import (
     NonNeg,
     UnitNorm,
     add_weight_norm_constraint_hook,
-    load_state_dict_remapped,
     register_constraint,
     remap_state_dict,
 )
+from hookscope.weights._constrain import load_state_dict_remapped
 
 
 def _row_norms(weight: torch.Tensor) -> torch.Tensor:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .._schema import FLOAT, INT, Int, ListOf, Record, Rule, Str, Tensor
-from ..stats import RECORD
+from ..stats._record import RECORD
 
 __all__ = ["STATE"]
 

@@ -14,26 +14,18 @@ import torch.nn as nn
 from .._check import FINITE, checked
 from .._errors import HookscopeWarning
 from .._schema import check
-from ..hooks import HookErrors, HookHandle, Selector, tensor_leaves
-from ..hooks._calls import contained
+from ..hooks import HookHandle
+from ..hooks._calls import HookErrors, contained
 from ..hooks._guards import check_real_device
-from ..hooks._tree import is_plain
-from ..stats import (
-    EXPONENT_NONE,
-    RECORD,
-    SMALL_BELOW,
-    STATISTICS,
-    RecordTable,
-    Sampler,
-    Spec,
-    auto_edges,
-    check_bins,
-    check_range,
-    describe,
-    finalize,
-    fixed_edges,
-    on_widest_range,
-)
+from ..hooks._select import Selector
+from ..hooks._tree import is_plain, tensor_leaves
+from ..stats._describe import describe
+from ..stats._histogram import EXPONENT_NONE, auto_edges, check_bins, check_range, fixed_edges, on_widest_range
+from ..stats._pending import SMALL_BELOW
+from ..stats._record import RECORD, STATISTICS, finalize
+from ..stats._record_table import RecordTable
+from ..stats._sample import Sampler
+from ..stats._spec import Spec
 from ._activation_state import STATE
 from ._budget import Budget
 from ._hook_callback import HookCallback, HookFunction
@@ -459,13 +451,13 @@ class ActivationStats(HookCallback):
 
     def color_dim(self, idx: int, figsize: tuple[float, float] = (10, 5), ax: Any = None) -> Any:
         """Draw the "colorful dimension" plot of module `idx` (histograms over records); return the Figure."""
-        from ..plot import color_dim
+        from ..plot._images import color_dim
 
         return color_dim(self.hist(idx), figsize=figsize, ax=ax)
 
     def plot_layer_stats(self, idx: int) -> Any:
         """Plot mean, std and % at most near zero of module `idx` over the records; return the Figure."""
-        from ..plot import layer_stats
+        from ..plot._images import layer_stats
 
         return layer_stats(*self.layer_stats(idx), near_zero=self.near_zero)
 

@@ -12,7 +12,9 @@ import torch.nn as nn
 
 from .._check import NON_EMPTY, checked, hint_for
 from .._torch import queue_after_backward
-from ..hooks import HookHandle, check_hookable, register_module_hook, register_optimizer_hook, tensor_leaves
+from ..hooks import HookHandle, register_module_hook, register_optimizer_hook
+from ..hooks._guards import check_hookable
+from ..hooks._tree import tensor_leaves
 from ._steps import eager, uncounted
 
 __all__ = ["Callback", "LoopDriver"]

@@ -11,8 +11,10 @@ import torch.nn as nn
 
 from .._check import checked
 from .._torch import children
-from ..hooks import HookErrors, HookHandle, Selector, has_own_params, map_tensors, named_modules, register_module_hook
-from ..hooks._select import choose_modules
+from ..hooks import HookHandle, named_modules, register_module_hook
+from ..hooks._calls import HookErrors
+from ..hooks._select import Selector, choose_modules, has_own_params
+from ..hooks._tree import map_tensors
 from ._base import Callback
 
 __all__ = ["HookCallback"]

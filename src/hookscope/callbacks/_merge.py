@@ -17,7 +17,8 @@ import torch
 
 from .._check import NON_EMPTY, TIMEOUT, checked
 from ..distributed import DEFAULT_TIMEOUT, combine_parts, combine_ranks, merge_parts
-from ..stats import RECORD, empty, rebin, widest_exponent
+from ..stats._histogram import rebin, widest_exponent
+from ..stats._record import RECORD, empty
 from ._activation_stats import ActivationStats
 
 __all__ = ["combine_activation_stats", "merge_activation_stats"]

@@ -42,8 +42,8 @@ import torch
 import torch.nn as nn
 
 from .._torch import graph_task_id
-from ..hooks import HookErrors, HookHandle, register_module_hook
-from ..hooks._calls import Eager
+from ..hooks import HookHandle, register_module_hook
+from ..hooks._calls import Eager, HookErrors
 
 __all__ = ["ForwardFrames", "Frame", "eager", "in_backward", "uncounted"]
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from ._errors import EXIT_MISSING_EXTRA, EXTRAS, MissingExtraError, UsageError, extra_of_module
 from ._parser import build_parser
 
-__all__ = ["EXIT_MISSING_EXTRA", "MissingExtraError", "UsageError", "main"]
+__all__ = ["main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -55,7 +55,8 @@ def run_report_command(args: argparse.Namespace) -> int:
     DIR is a report folder, or the folder `hookscope run` wrote for several models (one report folder each and
     an index page): every page and the index are drawn again.
     """
-    from ..report import render_report, write_index
+    from ..report import render_report
+    from ..report._write import write_index
 
     folder = Path(args.dir)
     if not folder.is_dir():
@@ -76,7 +77,7 @@ def run_report_command(args: argparse.Namespace) -> int:
 def _model_folders(folder: Path) -> list[tuple[str, Path, dict[str, Any]]]:
     """The per-model report folders of a `hookscope run` folder, in their order, with each model's name and
     metadata (empty when `folder` is itself a report folder)."""
-    from ..report import DOCUMENT_FILE, RESULTS_FILE
+    from ..report._data import DOCUMENT_FILE, RESULTS_FILE
 
     if (folder / RESULTS_FILE).is_file():
         return []

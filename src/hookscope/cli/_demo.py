@@ -9,7 +9,8 @@ from typing import Any
 
 import torch.nn as nn
 
-from ..demo import FAULTS, DemoConfig, DemoRun, train_demo
+from ..demo._model import FAULTS
+from ..demo._train import DemoConfig, DemoRun, train_demo
 
 __all__ = ["run_demo"]
 

@@ -6,8 +6,8 @@ import argparse
 import inspect
 
 from .._version import __version__
-from ..demo import FAULTS
-from ..stats import SMALL_BELOW
+from ..demo._model import FAULTS
+from ..stats._pending import SMALL_BELOW
 from ..watch import watch
 
 __all__ = ["build_parser"]

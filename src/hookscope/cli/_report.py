@@ -10,8 +10,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..report import DOCUMENT_FILE, remove_report, render_report, safe_filename, save_report_data, write_index
-from ..watch import WatchResults
+from ..report import remove_report, render_report, save_report_data
+from ..report._data import DOCUMENT_FILE
+from ..report._escape import safe_filename
+from ..report._write import write_index
+from ..results import WatchResults
 from ._errors import require_extra
 from ._session import RunSession, WatchedModel
 

@@ -35,13 +35,9 @@ import torch.nn as nn
 
 from .._torch import forward_pre_hooks, graph_task_id
 from ..callbacks._steps import uncounted
-from ..hooks import (
-    HookHandle,
-    default_strict,
-    register_global_module_hook,
-    register_global_optimizer_hook,
-    tensor_leaves,
-)
+from ..hooks import HookHandle, register_global_module_hook, register_global_optimizer_hook
+from ..hooks._calls import default_strict
+from ..hooks._tree import tensor_leaves
 from ..watch import Watch, watch
 
 __all__ = ["RunSession", "WatchedModel"]

@@ -42,7 +42,7 @@ def parse_dtypes(text: str | None, inputs: int) -> Any:
     Raises:
         UsageError: a name is no dtype, there is no `--input-shape` to apply it to, or the count is off.
     """
-    from ..summary import to_dtype
+    from ..summary._inputs import to_dtype
 
     if text is None:
         return None
@@ -61,7 +61,7 @@ def parse_dtypes(text: str | None, inputs: int) -> Any:
 
 def parse_columns(text: str) -> list[str]:
     """Parse `--columns`: comma-separated column names (checked by `summary`)."""
-    from ..summary import COLUMNS
+    from ..summary._columns import COLUMNS
 
     names = [part.strip() for part in text.split(",") if part.strip()]
     choices = [name for name in COLUMNS if name != "layer"]

@@ -9,35 +9,6 @@ line (`hookscope.cli`) prints the run and writes the report through `hookscope.r
 their guide), and its training loop.
 """
 
-from ._data import load_digits_split
-from ._model import FAULTS, DigitsCNN, Fault, UnsafeSqrt, apply_fault
-from ._train import DemoConfig, DemoRun, evaluate, train_demo
-from ._transformer import (
-    TinyAttention,
-    TinyBlock,
-    TinyGPT,
-    TinyGPTConfig,
-    repeat_batch,
-    tiny_gpt_optimizer,
-    train_tiny_gpt,
-)
+from ._transformer import TinyGPT, TinyGPTConfig, tiny_gpt_optimizer, train_tiny_gpt
 
-__all__ = [
-    "FAULTS",
-    "DemoConfig",
-    "DemoRun",
-    "DigitsCNN",
-    "Fault",
-    "TinyAttention",
-    "TinyBlock",
-    "TinyGPT",
-    "TinyGPTConfig",
-    "UnsafeSqrt",
-    "apply_fault",
-    "evaluate",
-    "load_digits_split",
-    "repeat_batch",
-    "tiny_gpt_optimizer",
-    "train_demo",
-    "train_tiny_gpt",
-]
+__all__ = ["TinyGPT", "TinyGPTConfig", "tiny_gpt_optimizer", "train_tiny_gpt"]

@@ -12,8 +12,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..callbacks import ActivationStats
-from ..hooks import has_own_params
-from ..watch import ACTIVATION_TYPES, WatchResults, watch
+from ..hooks._select import has_own_params
+from ..results import WatchResults
+from ..watch import watch
+from ..watch._watch import ACTIVATION_TYPES
 from ..weights import add_weight_update_monitor_hook
 from ._data import load_digits_split
 from ._model import DigitsCNN, UnsafeSqrt, apply_fault

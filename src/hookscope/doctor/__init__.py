@@ -16,23 +16,18 @@ touches a device: it reads CPU tensors already collected.
 """
 
 from ._diagnose import Check, diagnose, list_checks, register_check, unregister_check
-from ._finding import SEVERITIES, DiagnosisWarning, Finding, Findings, Severity, findings_html, format_findings
+from ._finding import DiagnosisWarning, Finding, Findings, format_findings
 from ._live import LiveDoctor
 from ._thresholds import Thresholds
-from ._units import RELU_FAMILY
 
 __all__ = [
-    "RELU_FAMILY",
-    "SEVERITIES",
     "Check",
     "DiagnosisWarning",
     "Finding",
     "Findings",
     "LiveDoctor",
-    "Severity",
     "Thresholds",
     "diagnose",
-    "findings_html",
     "format_findings",
     "list_checks",
     "register_check",

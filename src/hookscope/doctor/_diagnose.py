@@ -193,7 +193,7 @@ def diagnose(
 
     Example:
         >>> import torch
-        >>> from hookscope.watch import WatchResults
+        >>> from hookscope.results import WatchResults
         >>> results = WatchResults(
         ...     steps=torch.arange(3),
         ...     layers={"0": "Linear", "1": "ReLU"},

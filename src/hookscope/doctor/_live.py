@@ -33,7 +33,7 @@ class LiveDoctor:
 
     Example:
         >>> from hookscope.doctor import LiveDoctor
-        >>> from hookscope.watch import WatchResults
+        >>> from hookscope.results import WatchResults
         >>> doctor = LiveDoctor()
         >>> doctor.update(WatchResults())
         []

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._errors import closest_names
-from ..results import DEAD_UNIT_ACTIVITY
+from ..results._activity import DEAD_UNIT_ACTIVITY
 
 __all__ = ["Thresholds"]
 

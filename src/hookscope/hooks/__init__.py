@@ -12,46 +12,27 @@ callbacks) registers hooks only through these functions.
 """
 
 from .._errors import CompiledModelWarning, HookFailureWarning
-from ._calls import STRICT_ENV, HookErrors, InertHook, default_strict, user_stacklevel
-from ._fastai import Hook, Hooks, gather_tensor, hook_output, hook_outputs
+from ._fastai import Hook, Hooks, hook_output, hook_outputs
 from ._grad import register_output_grad_hook
-from ._guards import check_hookable, is_compiled, warn_if_compiled
 from ._listing import HookInfo, list_hooks, remove_hooks
-from ._module import MODULE_KINDS, register_global_module_hook, register_module_hook
+from ._module import register_global_module_hook, register_module_hook
 from ._optim import register_global_optimizer_hook, register_optimizer_hook
-from ._registry import KINDS, REGISTRY, HookHandle, HookRegistry, Scope, scope
-from ._select import Selector, has_own_params, named_modules, normalize_path, path_of, select_modules, unwrap
+from ._registry import HookHandle, scope
+from ._select import named_modules, normalize_path, select_modules
 from ._tensor import register_post_accumulate_grad_hook, register_tensor_hook
-from ._tree import map_tensors, tensor_leaves
 
 __all__ = [
-    "KINDS",
-    "MODULE_KINDS",
-    "REGISTRY",
-    "STRICT_ENV",
     "CompiledModelWarning",
     "Hook",
-    "HookErrors",
     "HookFailureWarning",
     "HookHandle",
     "HookInfo",
-    "HookRegistry",
     "Hooks",
-    "InertHook",
-    "Scope",
-    "Selector",
-    "check_hookable",
-    "default_strict",
-    "gather_tensor",
-    "has_own_params",
     "hook_output",
     "hook_outputs",
-    "is_compiled",
     "list_hooks",
-    "map_tensors",
     "named_modules",
     "normalize_path",
-    "path_of",
     "register_global_module_hook",
     "register_global_optimizer_hook",
     "register_module_hook",
@@ -62,8 +43,4 @@ __all__ = [
     "remove_hooks",
     "scope",
     "select_modules",
-    "tensor_leaves",
-    "unwrap",
-    "user_stacklevel",
-    "warn_if_compiled",
 ]

@@ -31,7 +31,8 @@ import torch
 
 from .._errors import HookscopeWarning
 from ..callbacks import Callback
-from ..hooks import HookErrors, HookHandle, register_module_hook
+from ..hooks import HookHandle, register_module_hook
+from ..hooks._calls import HookErrors
 from ._common import EventRelay
 
 __all__ = ["HookscopeTrainerCallback"]

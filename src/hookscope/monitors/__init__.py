@@ -13,17 +13,15 @@ calls for each module a selector picks, keyed by normalized path. Monitors and p
 `state_dict()` and `save(path)` (safetensors + JSON, atomic), and resume exactly.
 """
 
-from ._base import COUNTERS, Monitor, MonitorConstructor
+from ._base import Monitor
 from ._forward import DifferenceMonitor, InputMonitor, OutputMonitor, StateMonitor
 from ._grad import OutputGradMonitor, ParameterGradMonitor
 from ._pool import MonitorPool
 
 __all__ = [
-    "COUNTERS",
     "DifferenceMonitor",
     "InputMonitor",
     "Monitor",
-    "MonitorConstructor",
     "MonitorPool",
     "OutputGradMonitor",
     "OutputMonitor",

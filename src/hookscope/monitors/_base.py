@@ -24,7 +24,10 @@ from .._check import checked
 from .._errors import UserHookError, closest_names
 from .._schema import Const, Int, Part, Record, SchemaError, check, found
 from ..checkpoint import from_file
-from ..hooks import HookErrors, HookHandle, check_hookable, register_module_hook, tensor_leaves
+from ..hooks import HookHandle, register_module_hook
+from ..hooks._calls import HookErrors
+from ..hooks._guards import check_hookable
+from ..hooks._tree import tensor_leaves
 from ..reducers import Reducer
 from ..reducers._state import load_state, save_state
 from ._parts import Construct

@@ -11,7 +11,8 @@ import torch
 import torch.nn as nn
 
 from .._check import checked
-from ..hooks import HookHandle, map_tensors, tensor_leaves
+from ..hooks import HookHandle
+from ..hooks._tree import map_tensors, tensor_leaves
 from ..reducers import Reducer
 from ._base import Monitor, MonitorConstructor
 from ._parts import Construct, as_tensors, check_attribute, resolve

@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 
 from .._errors import closest_names
-from ..hooks import tensor_leaves
+from ..hooks._tree import tensor_leaves
 from ..reducers import Reducer
 
 if TYPE_CHECKING:

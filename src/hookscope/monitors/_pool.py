@@ -14,8 +14,7 @@ from .._check import aliases, check_callable, checked
 from .._errors import closest_names
 from .._schema import Const, MapOf, Part, Record, SchemaError, check, found
 from ..checkpoint import from_file
-from ..hooks import Selector
-from ..hooks._select import choose_modules
+from ..hooks._select import Selector, choose_modules
 from ..reducers._state import load_state, save_state
 from ._base import Monitor, MonitorConstructor
 

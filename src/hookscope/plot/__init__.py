@@ -11,10 +11,7 @@ matplotlib is needed only when a function is called (`pip install matplotlib`).
 """
 
 from ._attention import plot_attention
-from ._images import color_dim, layer_stats
 from ._watch import (
-    UPDATE_RATIO_GUIDE,
-    params_of,
     plot_activations,
     plot_gradient_flow,
     plot_histogram,
@@ -23,13 +20,9 @@ from ._watch import (
     plot_unit_activity,
     plot_update_ratios,
 )
-from ._weights import plot_weight_histograms, plot_weights, weight_histograms
+from ._weights import plot_weights
 
 __all__ = [
-    "UPDATE_RATIO_GUIDE",
-    "color_dim",
-    "layer_stats",
-    "params_of",
     "plot_activations",
     "plot_attention",
     "plot_gradient_flow",
@@ -38,7 +31,5 @@ __all__ = [
     "plot_loss",
     "plot_unit_activity",
     "plot_update_ratios",
-    "plot_weight_histograms",
     "plot_weights",
-    "weight_histograms",
 ]

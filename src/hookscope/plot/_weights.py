@@ -11,8 +11,8 @@ import torch
 import torch.nn as nn
 
 from .._check import checked
-from ..stats import auto_edges, check_bins, range_exponent
-from ..stats import counts as hist_counts
+from ..stats._histogram import auto_edges, check_bins, range_exponent
+from ..stats._histogram import counts as hist_counts
 from ._base import as_array, label, new_figure
 
 if TYPE_CHECKING:

@@ -11,11 +11,11 @@ it (safetensors + JSON, atomic). Trajectory reducers follow one tensor over time
 """
 
 from ._average import CAReducer, EMAReducer
-from ._base import Reducer, accumulate_dtype, wide_dtype
+from ._base import Reducer
 from ._histogram import HistogramReducer
 from ._history import HistoryReducer, PassthroughReducer
 from ._sample import QuantileReducer, ReservoirReducer
-from ._stats import Stats, StatsReducer
+from ._stats import StatsReducer
 
 __all__ = [
     "CAReducer",
@@ -26,8 +26,5 @@ __all__ = [
     "QuantileReducer",
     "Reducer",
     "ReservoirReducer",
-    "Stats",
     "StatsReducer",
-    "accumulate_dtype",
-    "wide_dtype",
 ]

@@ -19,7 +19,7 @@ from .._check import hint_for
 from .._loading import class_loader
 from .._schema import Const, Field, Int, Record, SchemaError, check, found
 from ..checkpoint import from_file
-from ..stats import accumulate_dtype, wide_dtype
+from ..stats._spec import accumulate_dtype, wide_dtype
 from ._state import load_state, save_state
 
 __all__ = ["Reducer", "accumulate_dtype", "wide_dtype"]  # the dtype rules are the engine's (hookscope.stats)

@@ -8,11 +8,10 @@ import torch
 
 from .._check import checked
 from .._schema import FLOAT, INT, Record, Tensor
-from ..stats import (
+from ..stats._histogram import (
     EXPONENT_NONE,
     OVERFLOW,
     UNDERFLOW,
-    accumulate_dtype,
     auto_edges,
     check_bins,
     check_range,
@@ -21,6 +20,7 @@ from ..stats import (
     on_widest_range,
     range_exponent,
 )
+from ..stats._spec import accumulate_dtype
 from ._base import Reducer, move
 
 __all__ = ["HistogramReducer"]

@@ -9,7 +9,9 @@ import torch
 
 from .._check import FINITE, NON_NEGATIVE, checked
 from .._schema import FLOAT, Record, Tensor
-from ..stats import NEAR_ZERO, RECORD, STATISTICS, Spec, accumulate_dtype, combine, describe, empty, finalize
+from ..stats._describe import describe
+from ..stats._record import RECORD, STATISTICS, combine, empty, finalize
+from ..stats._spec import NEAR_ZERO, Spec, accumulate_dtype
 from ._base import Reducer, move
 
 __all__ = ["Stats", "StatsReducer"]

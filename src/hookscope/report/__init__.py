@@ -9,22 +9,6 @@ makes every name inert (HTML-escaped, bidi and control characters shown as `<U+X
 The CLI (`hookscope demo`, `run`, `report`) writes its reports through here.
 """
 
-from ._data import DOCUMENT_FILE, RESULTS_FILE, WEIGHTS_FILE
-from ._escape import neutralize, safe_filename
-from ._html import MAX_LAYERS
-from ._write import REPORT_FILE, remove_report, render_report, save_report_data, write_index, write_report
+from ._write import remove_report, render_report, save_report_data, write_report
 
-__all__ = [
-    "DOCUMENT_FILE",
-    "MAX_LAYERS",
-    "REPORT_FILE",
-    "RESULTS_FILE",
-    "WEIGHTS_FILE",
-    "neutralize",
-    "remove_report",
-    "render_report",
-    "safe_filename",
-    "save_report_data",
-    "write_index",
-    "write_report",
-]
+__all__ = ["remove_report", "render_report", "save_report_data", "write_report"]

@@ -15,7 +15,8 @@ from typing import Any
 import torch
 
 from .._io import atomic_write, load_bundle, save_bundle
-from ..results import RESULTS_FILE, WatchResults
+from ..results import WatchResults
+from ..results._results import RESULTS_FILE
 
 __all__ = [
     "DOCUMENT_FILE",

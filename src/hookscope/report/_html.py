@@ -11,7 +11,7 @@ import torch
 
 from .._html import table
 from .._text import display_name, strip_terminal_codes
-from ..stats import SMALL_BELOW
+from ..stats._pending import SMALL_BELOW
 from ._data import DOCUMENT_FILE, RESULTS_FILE, WEIGHTS_FILE, ReportData
 from ._escape import text
 
@@ -137,14 +137,8 @@ def _summary_cell(row: dict[str, Any], column: str) -> Any:
 
 
 def _overview(data: ReportData) -> str:
-    from ..plot import (
-        plot_activations,
-        plot_attention,
-        plot_gradient_flow,
-        plot_loss,
-        plot_update_ratios,
-        plot_weight_histograms,
-    )
+    from ..plot import plot_activations, plot_attention, plot_gradient_flow, plot_loss, plot_update_ratios
+    from ..plot._weights import plot_weight_histograms
 
     results = data.results
     plots: list[tuple[bool, Callable[[], Figure], str]] = [

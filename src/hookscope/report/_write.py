@@ -109,7 +109,7 @@ def _prepare(
     folder.mkdir(parents=True, exist_ok=True)
     histograms = None
     if weights is not None:
-        from ..plot import weight_histograms
+        from ..plot._weights import weight_histograms
 
         histograms = weight_histograms(weights)
     return folder, prepare_data(results, summary, findings, meta, histograms)

@@ -29,17 +29,9 @@ import torch
 
 from .._check import NON_EMPTY, TIMEOUT, checked
 from ..distributed import DEFAULT_TIMEOUT, GRAD_SHARDED, MergeWarning, combine_parts, combine_ranks, merge_parts
-from ..stats import (
-    EXPONENT_NONE,
-    auto_edges,
-    exponent_of_edges,
-    finalize,
-    fixed_edges,
-    from_statistics,
-    rebin,
-    root_sum_squares,
-    widest_exponent,
-)
+from ..stats._histogram import EXPONENT_NONE, auto_edges, exponent_of_edges, fixed_edges, rebin, widest_exponent
+from ..stats._norms import root_sum_squares
+from ..stats._record import finalize, from_statistics
 from ._nonfinite import merge_first
 from ._results import ACTIVATION_STATS, ATTENTION_STATS, GRAD_STATS, OPTIMIZER_STATS, RESIDUAL_STATS, WatchResults
 

@@ -19,7 +19,7 @@ from .._check import hint_for
 from .._io import load_bundle, save_bundle
 from .._schema import FLOAT, INT, Int, Json, ListOf, MapOf, Optional, Record, SchemaError, Str, Tensor, check
 from .._text import display_name, quoted, shorten_middle, terminal_width, wrap
-from ..stats import STATISTICS
+from ..stats._record import STATISTICS
 
 __all__ = [
     "ACTIVATION_STATS",

@@ -11,7 +11,7 @@ import torch.nn as nn
 
 from .._check import DEVICE, POSITIVE, checked, one_of
 from .._errors import HookscopeWarning
-from ..hooks import HookErrors, user_stacklevel
+from ..hooks._calls import HookErrors, user_stacklevel
 from ..hooks._select import Selector
 from ._sites import AT, place_all, resolve
 

@@ -22,7 +22,9 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from ..hooks import HookErrors, HookHandle, check_hookable, register_module_hook, warn_if_compiled
+from ..hooks import HookHandle, register_module_hook
+from ..hooks._calls import HookErrors
+from ..hooks._guards import check_hookable, warn_if_compiled
 from ..hooks._select import Selector, choose_modules
 
 __all__ = [

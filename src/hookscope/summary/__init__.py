@@ -17,12 +17,6 @@ module's train/eval mode restored, even when forward raises.
 """
 
 from ._api import summary
-from ._columns import COLUMNS, TableView
-from ._fit import shorten_end, shorten_middle, shorten_path
-from ._flops import COUNTED_OPS, EXTRA_FLOP_FORMULAS
-from ._inputs import to_dtype
-from ._memory import OPTIMIZER_STATES, TrainingMemory
-from ._params import ParamInfo
 from ._probes import (
     dummy_eval,
     has_params,
@@ -32,34 +26,16 @@ from ._probes import (
     num_features_model,
     total_params,
 )
-from ._render import format_bytes, format_flops
-from ._shapes import ObjectShape
-from ._table import LayerRow, ModelSummary, Trainable
+from ._table import ModelSummary
 
 __all__ = [
-    "COLUMNS",
-    "COUNTED_OPS",
-    "EXTRA_FLOP_FORMULAS",
-    "OPTIMIZER_STATES",
-    "LayerRow",
     "ModelSummary",
-    "ObjectShape",
-    "ParamInfo",
-    "TableView",
-    "Trainable",
-    "TrainingMemory",
     "dummy_eval",
-    "format_bytes",
-    "format_flops",
     "has_params",
     "layer_info",
     "model_sizes",
     "module_summary",
     "num_features_model",
-    "shorten_end",
-    "shorten_middle",
-    "shorten_path",
     "summary",
-    "to_dtype",
     "total_params",
 ]

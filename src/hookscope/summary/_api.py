@@ -10,7 +10,8 @@ import torch.nn as nn
 
 from .._check import DEVICE, checked
 from .._errors import HookscopeWarning
-from ..hooks import check_hookable, unwrap
+from ..hooks._guards import check_hookable
+from ..hooks._select import unwrap
 from ._build import BuildOptions, build_summary, hook_labels, is_scripted, type_name, walk
 from ._collect import MODES, run_forward
 from ._columns import make_view

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from ..hooks import map_tensors
+from ..hooks._tree import map_tensors
 
 __all__ = ["example_inputs", "model_device", "needs_arguments", "to_dtype"]
 

@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from ..hooks import tensor_leaves
+from ..hooks._tree import tensor_leaves
 from ._params import count_bytes
 
 __all__ = [

@@ -12,7 +12,9 @@ import torch
 import torch.nn as nn
 
 from .._check import checked
-from ..hooks import check_hookable, map_tensors, tensor_leaves, unwrap
+from ..hooks._guards import check_hookable
+from ..hooks._select import unwrap
+from ..hooks._tree import map_tensors, tensor_leaves
 from ._build import walk
 from ._collect import CallRecord, restored_modes, run_forward
 from ._shapes import as_lists

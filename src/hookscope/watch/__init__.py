@@ -15,32 +15,19 @@ W&B and MLflow (`_trackers.py`: the names they share), `_state.py` is the format
 """
 
 from .._errors import UnobservedModuleWarning
-from ..results import ACTIVATION_STATS, GRAD_STATS, WatchResults, combine_results, merge_results
 from ._api import watch
-from ._inspect import identical_units
 from ._mlflow import MLflowSink
-from ._options import GROUPS
-from ._sinks import CSVSink, JSONLSink, Sink, TensorBoardSink
+from ._sinks import CSVSink, JSONLSink, TensorBoardSink
 from ._wandb import WandbSink
-from ._watch import ACTIVATION_TYPES, Watch, default_selector
+from ._watch import Watch
 
 __all__ = [
-    "ACTIVATION_STATS",
-    "ACTIVATION_TYPES",
-    "GRAD_STATS",
-    "GROUPS",
     "CSVSink",
     "JSONLSink",
     "MLflowSink",
-    "Sink",
     "TensorBoardSink",
     "UnobservedModuleWarning",
     "WandbSink",
     "Watch",
-    "WatchResults",
-    "combine_results",
-    "default_selector",
-    "identical_units",
-    "merge_results",
     "watch",
 ]

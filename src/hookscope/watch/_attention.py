@@ -31,8 +31,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..callbacks._steps import ForwardFrames, uncounted
-from ..hooks import HookErrors, HookHandle, normalize_path, register_module_hook
-from ..stats import ATTENTION_FIELDS, attention_scores, attention_slice, describe_attention, finish_attention
+from ..hooks import HookHandle, normalize_path, register_module_hook
+from ..hooks._calls import HookErrors
+from ..stats._attention import ATTENTION_FIELDS, attention_scores, attention_slice, describe_attention, finish_attention
 from ._step import StepState
 
 __all__ = ["AttentionRecorder", "AttentionTable", "RowIds"]

@@ -19,16 +19,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..stats import (
-    NORM,
-    STATISTICS,
-    NormTable,
-    RecordTable,
-    Sampler,
-    Spec,
-    finalize,
-    ratio_of_norms,
-)
+from ..stats._norm_table import NormTable
+from ..stats._norms import NORM, ratio_of_norms
+from ..stats._record import STATISTICS, finalize
+from ..stats._record_table import RecordTable
+from ..stats._sample import Sampler
+from ..stats._spec import Spec
 from ._attention import AttentionTable
 from ._options import WatchOptions
 from ._residual import ResidualTable

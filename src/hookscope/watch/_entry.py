@@ -16,8 +16,7 @@ from typing import Any
 import torch
 
 from ..callbacks._steps import Frame
-from ..hooks import tensor_leaves
-from ..hooks._tree import is_plain
+from ..hooks._tree import is_plain, tensor_leaves
 
 __all__ = ["GradHook", "Staged", "hook_grads", "no_label", "plain_grad", "staged"]
 

@@ -10,8 +10,8 @@ import torch
 import torch.nn as nn
 
 from .._check import FINITE, NON_NEGATIVE, checked
-from ..hooks import tensor_leaves
-from ..stats import is_dtensor
+from ..hooks._tree import tensor_leaves
+from ..stats._dtensor import is_dtensor
 
 __all__ = ["first_float", "identical_units", "saturation_bounds"]
 

@@ -16,8 +16,8 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import torch
 import torch.nn as nn
 
-from ..hooks import Selector
-from ..stats import check_bins, check_range
+from ..hooks._select import Selector
+from ..stats._histogram import check_bins, check_range
 from ._sinks import Sink
 
 __all__ = ["GROUPS", "WatchCall", "WatchInit", "WatchOptions", "method_options_signature", "options_signature"]

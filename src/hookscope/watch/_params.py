@@ -15,7 +15,8 @@ import torch
 import torch.nn as nn
 
 from .._torch import foreach_copy_, foreach_sub_
-from ..stats import SMALL_BELOW, is_dtensor, local_part
+from ..stats._dtensor import is_dtensor, local_part
+from ..stats._pending import SMALL_BELOW
 from ._buffers import StepBuffers
 from ._options import WatchOptions
 from ._step import StepState

@@ -33,10 +33,11 @@ import torch.nn as nn
 from .._torch import is_view
 from ..callbacks._budget import Budget
 from ..callbacks._steps import ForwardFrames, Frame, uncounted
-from ..hooks import HookErrors, HookHandle, register_module_hook
-from ..hooks._calls import CalledHook
+from ..hooks import HookHandle, register_module_hook
+from ..hooks._calls import CalledHook, HookErrors
 from ..hooks._tree import is_plain
-from ..stats import combine_norms, norm_of, unit_dims
+from ..stats._norms import combine_norms, norm_of
+from ..stats._units import unit_dims
 from ._attention import AttentionRecorder
 from ._buffers import StepBuffers
 from ._entry import GradHook, Staged, hook_grads, no_label, plain_grad, staged

@@ -17,8 +17,9 @@ import torch
 import torch.nn as nn
 
 from ..callbacks._steps import ForwardFrames, uncounted
-from ..hooks import HookErrors, HookHandle, register_module_hook
-from ..stats import describe_residual
+from ..hooks import HookHandle, register_module_hook
+from ..hooks._calls import HookErrors
+from ..stats._attention import describe_residual
 from ._inspect import first_float
 from ._step import StepState
 

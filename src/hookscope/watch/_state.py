@@ -30,7 +30,7 @@ from .._schema import (
     check,
     found,
 )
-from ..results import ACTIVATION_STATS, FIRST_NONFINITE, GRAD_STATS
+from ..results._results import ACTIVATION_STATS, FIRST_NONFINITE, GRAD_STATS
 from ._buffers import Chunk
 
 if TYPE_CHECKING:

@@ -17,40 +17,25 @@ the dicts, `HandleGroup` for lists of hook handles); statistics stay on the devi
 
 from ._access import get_weights, init_weights_, scale_weights_, set_weights_
 from ._change import (
-    CHANGE_METRICS,
-    STAT_NAMES,
     add_weight_change_monitor_hook,
     add_weight_distribution_monitor,
     compute_weight_changes,
     weight_distance,
-    weight_statistics,
 )
-from ._constrain import (
-    CONSTRAINT_MODES,
-    ConstraintHandle,
-    add_weight_norm_constraint_hook,
-    load_state_dict_remapped,
-    register_constraint,
-    remap_state_dict,
-)
-from ._constraints import Clamp, Constraint, MaxNorm, NonNeg, UnitNorm
+from ._constrain import ConstraintHandle, add_weight_norm_constraint_hook, register_constraint, remap_state_dict
+from ._constraints import Clamp, MaxNorm, NonNeg, UnitNorm
 from ._dead import DeadUnitDetector
-from ._detect import DuplicateUnits, detect_weight_symmetry_breaking, find_duplicate_units, spectral_stats
+from ._detect import detect_weight_symmetry_breaking, find_duplicate_units, spectral_stats
 from ._layers import HandleGroup, HookData
 from ._ratio import UpdateRatioMonitor
 from ._regularize import l1_penalty, l2_penalty, register_weight_decay
-from ._summary import format_weight_summary, print_weight_summary
+from ._summary import print_weight_summary
 from ._updates import add_weight_update_monitor_hook, analyze_weight_updates, restore_optimizer_step
 
 __all__ = [
-    "CHANGE_METRICS",
-    "CONSTRAINT_MODES",
-    "STAT_NAMES",
     "Clamp",
-    "Constraint",
     "ConstraintHandle",
     "DeadUnitDetector",
-    "DuplicateUnits",
     "HandleGroup",
     "HookData",
     "MaxNorm",
@@ -65,12 +50,10 @@ __all__ = [
     "compute_weight_changes",
     "detect_weight_symmetry_breaking",
     "find_duplicate_units",
-    "format_weight_summary",
     "get_weights",
     "init_weights_",
     "l1_penalty",
     "l2_penalty",
-    "load_state_dict_remapped",
     "print_weight_summary",
     "register_constraint",
     "register_weight_decay",
@@ -80,5 +63,4 @@ __all__ = [
     "set_weights_",
     "spectral_stats",
     "weight_distance",
-    "weight_statistics",
 ]

@@ -16,7 +16,8 @@ from torch.nn.utils import parametrize
 
 from .._check import aliases, check_callable, checked
 from .._errors import unknown_name
-from ..hooks import Selector, named_modules
+from ..hooks import named_modules
+from ..hooks._select import Selector
 from ._layers import effective_weight, has_weight, weight_layers, weight_parameter
 
 __all__ = ["get_weights", "init_weights_", "scale_weights_", "set_weights_"]

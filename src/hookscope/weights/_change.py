@@ -10,8 +10,13 @@ import torch.nn as nn
 
 from .._check import aliases, checked, shown
 from .._errors import closest_names, unknown_name
-from ..hooks import HookErrors, Selector, named_modules, register_module_hook
-from ..stats import STATISTICS, Spec, describe, finalize, norm_of, ratio_of_norms
+from ..hooks import named_modules, register_module_hook
+from ..hooks._calls import HookErrors
+from ..hooks._select import Selector
+from ..stats._describe import describe
+from ..stats._norms import norm_of, ratio_of_norms
+from ..stats._record import STATISTICS, finalize
+from ..stats._spec import Spec
 from ._layers import HandleGroup, HookData, effective_weight, has_weight, weight_layers
 from ._rows import LazyMapping, RowLog
 

@@ -14,7 +14,8 @@ import torch.nn as nn
 from torch.nn.utils import parametrize
 
 from .._check import aliases, checked, shown
-from ..hooks import HookHandle, Selector, normalize_path, register_module_hook, register_optimizer_hook
+from ..hooks import HookHandle, normalize_path, register_module_hook, register_optimizer_hook
+from ..hooks._select import Selector
 from ._constraints import Constraint, MaxNorm, check_constraint
 from ._layers import HandleGroup, weight_layers, weight_parameter
 from ._nested import is_nested_step

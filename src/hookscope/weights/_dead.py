@@ -8,8 +8,10 @@ import torch
 import torch.nn as nn
 
 from .._check import FINITE, aliases, checked
-from ..hooks import HookErrors, HookHandle, Selector, register_module_hook, tensor_leaves
-from ..hooks._select import choose_modules
+from ..hooks import HookHandle, register_module_hook
+from ..hooks._calls import HookErrors
+from ..hooks._select import Selector, choose_modules
+from ..hooks._tree import tensor_leaves
 
 __all__ = ["DeadUnitDetector"]
 

@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 
 from .._check import aliases, checked
-from ..hooks import Selector
+from ..hooks._select import Selector
 from ._layers import effective_weight, unit_rows, weight_layers
 
 __all__ = [

@@ -9,8 +9,8 @@ import torch
 import torch.nn as nn
 from torch.nn.utils import parametrize
 
-from ..hooks import HookHandle, Selector, named_modules
-from ..hooks._select import choose_modules
+from ..hooks import HookHandle, named_modules
+from ..hooks._select import Selector, choose_modules
 
 __all__ = [
     "HandleGroup",

@@ -12,8 +12,11 @@ import torch.nn as nn
 from .._check import aliases, checked
 from .._schema import Int, ListOf, Optional, Record, Str, check
 from .._torch import foreach_copy_
-from ..hooks import HookErrors, HookHandle, Selector, register_optimizer_hook
-from ..stats import Sampler, norm_of, ratio_of_norms
+from ..hooks import HookHandle, register_optimizer_hook
+from ..hooks._calls import HookErrors
+from ..hooks._select import Selector
+from ..stats._norms import norm_of, ratio_of_norms
+from ..stats._sample import Sampler
 from ._layers import weight_layers, weight_parameter
 from ._nested import is_nested_step
 from ._rows import STATE as LOG_STATE

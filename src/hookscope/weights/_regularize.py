@@ -9,7 +9,8 @@ import torch
 import torch.nn as nn
 
 from .._check import aliases, checked
-from ..hooks import Selector, register_post_accumulate_grad_hook
+from ..hooks import register_post_accumulate_grad_hook
+from ..hooks._select import Selector
 from ._layers import HandleGroup, effective_weight, weight_layers, weight_parameter
 
 __all__ = ["l1_penalty", "l2_penalty", "register_weight_decay"]

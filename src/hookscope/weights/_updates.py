@@ -10,8 +10,13 @@ from typing import Any
 import torch
 
 from .._check import checked, shown
-from ..hooks import HookErrors, normalize_path, register_optimizer_hook
-from ..stats import STATISTICS, Sampler, Spec, describe, finalize, norm_of, ratio_of_norms
+from ..hooks import normalize_path, register_optimizer_hook
+from ..hooks._calls import HookErrors
+from ..stats._describe import describe
+from ..stats._norms import norm_of, ratio_of_norms
+from ..stats._record import STATISTICS, finalize
+from ..stats._sample import Sampler
+from ..stats._spec import Spec
 from ._layers import HandleGroup, HookData
 from ._nested import is_nested_step
 from ._rows import LazyMapping
