@@ -81,8 +81,9 @@ class Thresholds:
             layer's max logit is out of bounds too, or where every head of the layer fell below it within the
             learning-rate warmup (the recorded steps over which the optimizer's learning rate rose from the first;
             unknown, so never, without an optimizer watched). A healthy run whose heads all sharpen by design
-            before a long warmup ends is reported too: the tiny test decoder at LR 3e-2 collapses both heads of
-            its first layer at step 78, silent with a 30-step warmup, reported with a 100-step one.
+            before a long warmup ends is reported too: the tiny test decoder at LR 3e-2 makes both heads of its
+            first layer one-hot around step 46 (after a 30-step warmup: silent), or at step 79 on a 1000-step
+            schedule (within its 100-step warmup: reported, although it learns).
         attention_sink_share: a head's mean attention share on the first key above which it is an attention
             sink (informational).
         massive_magnitude: a residual-stream value larger than this (Sun et al. 2024: 100)...
