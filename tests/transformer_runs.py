@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,12 +54,16 @@ def run(
     eps: float = 1e-8,
     seed: int = 0,
     doctor_every: int | None = None,
+    plant: Callable[[TinyGPT], None] | None = None,
     **training: Any,
 ) -> Run:
     """Train the tiny decoder under `watch()` (`GROUPS`, the loss logged, the live doctor every `doctor_every`
-    recorded steps if given) and diagnose the results."""
+    recorded steps if given) and diagnose the results; `plant` is called with the model before it trains (a fault
+    planted by hooks)."""
     torch.manual_seed(seed)
     model = TinyGPT(TinyGPTConfig(sdpa=sdpa, qk_layernorm=qk_layernorm))
+    if plant is not None:
+        plant(model)
     optimizer = tiny_gpt_optimizer(model, lr, eps)
     options: dict[str, Any] = {"groups": GROUPS, "every": 1}  # every step measured: the onsets are exact
     if doctor_every is not None:

@@ -22,7 +22,8 @@ class HookscopeWarning(UserWarning):
 
 
 class CompiledModelWarning(HookscopeWarning):
-    """Hooks were attached to a model that torch.compile may already have traced without them."""
+    """Hooks were attached to a model that torch.compile may already have traced without them, or `watch()` cannot
+    measure attention in forwards run compiled (counted in `results.dropped["attention_compiled"]`)."""
 
 
 class HookFailureWarning(HookscopeWarning):

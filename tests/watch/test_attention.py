@@ -17,6 +17,7 @@ import hookscope.stats._attention as engine
 from hookscope.demo import TinyGPT, TinyGPTConfig, tiny_gpt_optimizer, train_tiny_gpt
 from hookscope.demo._transformer import TinyAttention, repeat_batch
 from hookscope.doctor import diagnose
+from hookscope.doctor._series import warmup_length
 from hookscope.results import WatchResults, combine_results
 from hookscope.watch import watch
 from transformer_runs import NEW_CHECKS
@@ -182,6 +183,37 @@ def test_optimizer_series_hold_gradient_rms_epsilon_and_the_unscaled_update() ->
     assert float(stats["grad_rms"][0]) == pytest.approx(float(grad.pow(2).mean().sqrt()), rel=1e-5)
     assert float(stats["update_rms"][0]) == pytest.approx(float(change.pow(2).mean().sqrt()) / 0.5, rel=1e-5)
     assert float(stats["eps"][0]) == pytest.approx(1e-6)
+    assert float(stats["lr"][0]) == 0.5
+
+
+def test_the_learning_rate_series_is_the_one_the_schedule_set_at_each_step() -> None:
+    model = TinyGPT(TinyGPTConfig(length=8, sdpa=True))
+    optimizer = tiny_gpt_optimizer(model, lr=1e-2)
+    with watch(model, optimizer, every=1) as w:
+        train_tiny_gpt(model, optimizer, steps=6, schedule_steps=20)  # a warmup of 2 steps, then cosine over 18
+    expected = [1e-2 * (s + 1) / 2 if s < 2 else 1e-2 * 0.5 * (1 + math.cos(math.pi * (s - 2) / 18)) for s in range(6)]
+    for name, stats in w.results().optimizer.items():
+        torch.testing.assert_close(stats["lr"], torch.tensor(expected, dtype=torch.float64), msg=name)
+
+
+def test_a_state_saved_before_the_learning_rate_was_recorded_resumes_with_it_unknown() -> None:
+    model = TinyGPT(TinyGPTConfig(length=8))
+    optimizer = tiny_gpt_optimizer(model, lr=1e-2)
+    with watch(model, optimizer) as first:
+        train_tiny_gpt(model, optimizer, steps=2)
+    state = first.state_dict()
+    older = state["table"]["optimizer"][..., :3].clone()  # grad_rms, update_rms, eps: the older layout
+    state["table"]["optimizer"] = older
+    resumed = watch(model, optimizer)
+    resumed.load_state_dict(state)
+    with resumed:
+        train_tiny_gpt(model, optimizer, steps=1)
+    stats = resumed.results().optimizer["blocks.0.attn.qkv.weight"]
+    assert bool(stats["lr"][:2].isnan().all()) and float(stats["lr"][2]) == 1e-2  # one step: no warmup to speak of
+    torch.testing.assert_close(stats["eps"], torch.full((3,), 1e-8, dtype=torch.float64))
+    state["table"]["optimizer"] = older[..., :2]
+    with pytest.raises(ValueError, match=r"optimizer must have 4 columns \(grad_rms, update_rms, eps, lr"):
+        watch(model, optimizer).load_state_dict(state)
 
 
 def test_attention_residual_and_optimizer_series_survive_save_load_and_combine(tmp_path: Any) -> None:
@@ -279,16 +311,19 @@ def test_real_models_have_attention_series_for_every_layer_and_a_healthy_run_rai
     model, loss_of = build()
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    warmup = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min((step + 1) / 10, 1.0))
     generator = torch.Generator().manual_seed(0)
-    with watch(model, optimizer, every=1) as w:  # 20 steps, every one measured
+    with watch(model, optimizer, every=1) as w:  # 20 steps, every one measured, the first 10 a linear warmup
         for _ in range(20):
             ids = torch.randint(3, VOCAB, (4, LENGTH), generator=generator)
             loss = loss_of(ids)
             w.log_loss(loss)
             loss.backward()
             optimizer.step()
+            warmup.step()
             optimizer.zero_grad()
     results = w.results()
+    assert warmup_length(results) == 10  # so the entropy check looks for a collapse within it too
     assert list(results.attention) == expected
     for stats in results.attention.values():
         assert stats["max_logit"].shape == (20, 2) and bool(stats["max_logit"].isfinite().all())

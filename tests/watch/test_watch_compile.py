@@ -3,14 +3,20 @@ recompiles (backend aot_eager: the same graph capture as inductor, without compi
 
 from __future__ import annotations
 
+import re
+import warnings
 from typing import Any
 
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from torch._dynamo.utils import counters
 
 from hookscope.callbacks import ActivationStats
+from hookscope.demo import TinyGPT, TinyGPTConfig, tiny_gpt_optimizer
+from hookscope.demo._transformer import repeat_batch
+from hookscope.hooks import CompiledModelWarning
 from hookscope.results import WatchResults
 from hookscope.watch import watch
 
@@ -80,6 +86,40 @@ def test_watch_records_the_same_statistics_compiled_and_eager() -> None:
     compiled = train_watched(compiled=True)
     assert_same(eager, compiled)
     assert_no_graph_break()
+    assert "attention_compiled" not in compiled.dropped  # no attention in this model: nothing left out
+
+
+@pytest.mark.slow
+def test_attention_is_not_measured_compiled_and_the_watch_says_so() -> None:
+    # one attention kind: compiled, neither path reaches Python (the functions are never wrapped)
+    found = []
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        gpt = TinyGPT(TinyGPTConfig(length=8, layers=1, sdpa=True))
+        optimizer = tiny_gpt_optimizer(gpt, lr=1e-2)
+        with warnings.catch_warnings(record=True) as caught, watch(gpt, optimizer, every=2) as w:
+            warnings.simplefilter("always")
+            run = torch.compile(gpt, backend="aot_eager") if compiled else gpt
+            for k in range(4):  # steps 0 and 2 recorded
+                ids = repeat_batch(torch.Generator().manual_seed(k), batch=4, length=8)
+                loss = F.cross_entropy(run(ids[:, :-1]).reshape(-1, 64), ids[:, 1:].reshape(-1))
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+        said = [c for c in caught if issubclass(c.category, CompiledModelWarning) and "attention" in str(c.message)]
+        found.append((w.results(), said))
+    (eager, eager_said), (compiled_results, compiled_said) = found
+    assert list(eager.attention) == ["blocks.0.attn"] and eager_said == []
+    assert "attention_compiled" not in eager.dropped
+    assert compiled_results.attention == {} and compiled_results.dropped["attention_compiled"] == 2  # steps 0, 2
+    assert len(compiled_said) == 1  # warned once
+    assert re.search(r"attention is not measured in forwards run under torch.compile", str(compiled_said[0].message))
+    assert compiled_said[0].filename == __file__  # points at the training loop's forward
+    torch.testing.assert_close(  # the rest is recorded as in eager mode
+        compiled_results.param_grads["head.weight"]["norm"], eager.param_grads["head.weight"]["norm"]
+    )
+    assert all(reason.startswith(_DRIVER_SKIP) for reason in counters["graph_break"]), list(counters["graph_break"])
+    assert counters["stats"]["unique_graphs"] <= 2  # the counting call runs before the graph: no graph added
 
 
 def test_every_records_the_same_steps_compiled() -> None:

@@ -1,6 +1,9 @@
-"""Helpers shared by the checks: forward order of layers, step lookup, NaN-aware windowed medians, gradient tables."""
+"""Helpers shared by the checks: forward order of layers, step lookup, NaN-aware windowed medians, gradient tables,
+the learning-rate warmup."""
 
 from __future__ import annotations
+
+import itertools
 
 import torch
 
@@ -14,6 +17,7 @@ __all__ = [
     "previous_layer",
     "step_at",
     "table",
+    "warmup_length",
     "windowed_median",
 ]
 
@@ -94,3 +98,29 @@ def first_index(mask: torch.Tensor) -> int | None:
     """The first position where the (S,) bool `mask` is true, or `None`."""
     hits = mask.nonzero()
     return int(hits[0, 0]) if hits.numel() else None
+
+
+def warmup_length(results: WatchResults) -> int | None:
+    """How many recorded steps from the first are the learning-rate warmup, or `None` when the learning rate is
+    unknown (no optimizer watched, or results saved before it was recorded).
+
+    The learning rate of a step is the median over the weight tensors of `results.optimizer[name]["lr"]`. The
+    warmup is the run of recorded steps from the first over which it rises (each step's above the one before, by
+    more than a relative 1e-6; steps without a known learning rate are passed over), up to the step where it
+    stops rising, that last rising step included: a linear warmup then cosine gives its warmup steps, a constant
+    learning rate or a run resumed after its warmup gives 0, and a learning rate raised later in the run (a
+    restart) does not count.
+    """
+    names = [n for n, s in results.optimizer.items() if "lr" in s and n.rpartition(".")[2] != "bias"]
+    if not names:
+        return None
+    rates = table([results.optimizer[n]["lr"] for n in names]).nanmedian(0).values
+    known = torch.isfinite(rates).nonzero()[:, 0].tolist()
+    if not known:
+        return None
+    length = 0
+    for before, after in itertools.pairwise(known):
+        if not float(rates[after]) > float(rates[before]) * (1 + 1e-6):
+            break
+        length = after + 1
+    return length

@@ -77,7 +77,13 @@ class Thresholds:
             `window` recorded steps; the first step past this factor is where the growth began (the finding's
             step).
         attention_entropy_floor: a head's attention entropy (as a fraction of its maximum, `log(keys)`) below
-            which it counts as collapsed; reported only where the layer's max logit is out of bounds too.
+            which it counts as collapsed (as a median over `window` recorded steps); reported only where the
+            layer's max logit is out of bounds too, or where every head of the layer fell below it within the
+            learning-rate warmup (the recorded steps over which the optimizer's learning rate rose from the first;
+            unknown, so never, without an optimizer watched). A healthy run whose heads all sharpen by design
+            before a long warmup ends is reported too: the tiny test decoder at LR 3e-2 makes both heads of its
+            first layer one-hot around step 46 (after a 30-step warmup: silent), or at step 79 on a 1000-step
+            schedule (within its 100-step warmup: reported, although it learns).
         attention_sink_share: a head's mean attention share on the first key above which it is an attention
             sink (informational).
         massive_magnitude: a residual-stream value larger than this (Sun et al. 2024: 100)...

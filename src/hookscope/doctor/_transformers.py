@@ -4,7 +4,8 @@ activations and attention sinks.
 Each check reads `WatchResults.attention` (per head: max logit, entropy, sink), `residual` (the repeated blocks'
 largest magnitude and median), `optimizer` (gradient RMS against epsilon) or `losses`; the numbers they compare
 against are `Thresholds` fields. Low entropy alone is never a fault (induction heads attend to one key by
-design): entropy collapse is reported only where the same layer's max logit is out of bounds too.
+design): entropy collapse is reported only where the same layer's max logit is out of bounds too, or where every
+head of the layer collapsed during the learning-rate warmup (read from the optimizer's learning-rate series).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch
 
 from ..results import WatchResults
 from ._finding import Finding
-from ._series import first_index, layer_order, module_of, step_at, windowed_median
+from ._series import first_index, layer_order, module_of, step_at, warmup_length, windowed_median
 from ._thresholds import Thresholds
 
 __all__ = [
@@ -100,38 +101,101 @@ def check_attention_logit_growth(results: WatchResults, thresholds: Thresholds) 
 
 
 def check_attention_entropy_collapse(results: WatchResults, thresholds: Thresholds) -> Iterator[Finding]:
-    """Warn where a layer's heads' attention entropy collapsed to near one-hot (Zhai et al. 2023) while the same
-    layer's max logit is out of bounds (low entropy alone is no fault: induction heads are sharp by design)."""
+    """Warn where a layer's attention entropy collapsed to near one-hot (Zhai et al. 2023), but only where
+    something corroborates it, as low entropy alone is no fault (induction heads are sharp by design): the same
+    layer's max logit out of bounds (`attention_logit_growth`'s rule), or else every head of the layer collapsed
+    during the learning-rate warmup (`warmup_length`; never when the learning rate is unknown)."""
+    warmup = warmup_length(results)
     for path, stats in results.attention.items():
         entropy = stats.get("entropy")
-        bounds = _out_of_bounds(results, path, thresholds)
-        if entropy is None or entropy.numel() == 0 or bounds is None:
+        if entropy is None or entropy.numel() == 0:
             continue
         smooth = windowed_median(_heads(entropy), thresholds.window)  # (heads, S')
         low = smooth < thresholds.attention_entropy_floor
-        since = low[:, bounds[0] :]  # from where the logit growth began
-        collapsed = [h for h in range(low.shape[0]) if bool(since[h].any())]
-        if not collapsed:
-            continue
-        head = min(collapsed, key=lambda h: first_index(since[h]) or 0)
-        onset = bounds[0] + (first_index(since[head]) or 0)
-        yield Finding(
-            "attention_entropy_collapse",
-            "warning",
-            path,
-            step_at(results, onset),
-            f"the attention entropy of {len(collapsed)} of {low.shape[0]} head(s) fell below "
-            f"{thresholds.attention_entropy_floor:g} (of its maximum) while the layer's max logit grew past "
-            f"{thresholds.attention_logit_limit:.3g}: attention collapsed to one key",
-            evidence={
-                "head": head,
-                "heads_collapsed": len(collapsed),
-                "heads": int(low.shape[0]),
-                "entropy": float(smooth[head, onset]),
-                "max_logit_crossed_at": step_at(results, bounds[1]),
-            },
-            advice="normalize queries and keys (qk-layernorm), lower the learning rate or lengthen the warmup",
-        )
+        bounds = _out_of_bounds(results, path, thresholds)
+        if bounds is not None:
+            yield from _collapse_with_growth(results, path, smooth, low, bounds, thresholds)
+        elif warmup is not None:
+            yield from _collapse_in_warmup(results, path, _heads(entropy), smooth, warmup, thresholds)
+
+
+def _collapse_with_growth(
+    results: WatchResults,
+    path: str,
+    smooth: torch.Tensor,
+    low: torch.Tensor,
+    bounds: tuple[int, int, int],
+    thresholds: Thresholds,
+) -> Iterator[Finding]:
+    """The collapse of any head from where `path`'s max logit began to grow out of bounds (`bounds`)."""
+    since = low[:, bounds[0] :]
+    collapsed = [h for h in range(low.shape[0]) if bool(since[h].any())]
+    if not collapsed:
+        return
+    head = min(collapsed, key=lambda h: first_index(since[h]) or 0)
+    onset = bounds[0] + (first_index(since[head]) or 0)
+    yield Finding(
+        "attention_entropy_collapse",
+        "warning",
+        path,
+        step_at(results, onset),
+        f"the attention entropy of {len(collapsed)} of {low.shape[0]} head(s) fell below "
+        f"{thresholds.attention_entropy_floor:g} (of its maximum) while the layer's max logit grew past "
+        f"{thresholds.attention_logit_limit:.3g}: attention collapsed to one key",
+        evidence={
+            "head": head,
+            "heads_collapsed": len(collapsed),
+            "heads": int(low.shape[0]),
+            "entropy": float(smooth[head, onset]),
+            "corroboration": "max_logit",
+            "max_logit_crossed_at": step_at(results, bounds[1]),
+        },
+        advice="normalize queries and keys (qk-layernorm), lower the learning rate or lengthen the warmup",
+    )
+
+
+def _collapse_in_warmup(
+    results: WatchResults,
+    path: str,
+    entropy: torch.Tensor,
+    smooth: torch.Tensor,
+    warmup: int,
+    thresholds: Thresholds,
+) -> Iterator[Finding]:
+    """The first window of `window` recorded steps, all in the warmup's first `warmup`, over which every head of
+    `path` had its median entropy (`smooth`, of `entropy` (heads, S)) below the floor; the finding's step is the
+    window's first step where every head was below it (the window's first step if none was)."""
+    floor = thresholds.attention_entropy_floor
+    width = max(min(thresholds.window, results.num_steps), 1)  # the steps one position covers (`windowed_median`)
+    inside = max(warmup - width + 1, 0)  # the positions whose steps all lie in the warmup
+    start = first_index((smooth < floor).all(0)[:inside])
+    if start is None:
+        return
+    onset = start + (first_index((entropy[:, start : start + width] < floor).all(0)) or 0)
+    head = int(smooth[:, start].argmax())  # the least collapsed head: every other is further below the floor
+    largest = _largest_head(results, path)
+    max_logit = float(largest[0][onset]) if largest is not None else float("nan")
+    heads = int(smooth.shape[0])
+    yield Finding(
+        "attention_entropy_collapse",
+        "warning",
+        path,
+        step_at(results, onset),
+        f"the attention entropy of every head ({heads}) of the layer fell below {floor:g} "
+        f"(of its maximum) during the learning-rate warmup (rising through step {step_at(results, warmup - 1)}), its "
+        f"max logit at {max_logit:.3g}: attention collapsed to one key before training settled",
+        evidence={
+            "head": head,
+            "heads_collapsed": heads,
+            "heads": heads,
+            "entropy": float(smooth[head, start]),
+            "corroboration": "warmup",
+            "max_logit": max_logit,
+            "warmup_end": step_at(results, warmup - 1),
+        },
+        advice="lengthen the warmup or lower the peak learning rate; with qk-layernorm, keep its gains from "
+        "growing (weight decay on them, or a smaller learning rate for them)",
+    )
 
 
 def check_attention_sink(results: WatchResults, thresholds: Thresholds) -> Iterator[Finding]:

@@ -63,10 +63,12 @@ RESIDUAL_STATS = ("max", "channel", "token", "median")
 its channel (last dim) and token (the dim before it), and the median magnitude of the whole hidden state
 (estimated from a strided sample of at most 8192 values)."""
 
-OPTIMIZER_STATS = ("grad_rms", "update_rms", "eps")
+OPTIMIZER_STATS = ("grad_rms", "update_rms", "eps", "lr")
 """Per parameter, per step, against the optimizer (`WatchResults.optimizer`): the gradient's root mean square,
-the update's root mean square divided by the learning rate (the unscaled update), and the optimizer's epsilon
-for the parameter (NaN for optimizers without one)."""
+the update's root mean square divided by the learning rate (the unscaled update), the optimizer's epsilon for the
+parameter (NaN for optimizers without one) and its learning rate in that step (as its param group held it; NaN
+for a learning rate kept as a tensor on an accelerator, which is not read back). Results saved before `lr` was
+recorded load without it."""
 
 _KIND = "watch_results"
 FIGURES = ("mean", "std", "grad norm", "nonfinite")

@@ -13,8 +13,11 @@ innermost module running. The first recorded training forward finds the attentio
 that may compute one); from then on only those keep hooks (to name the module), and a model without attention
 keeps none. Measured: every recorded step
 (`every`), at most `hookscope.stats.ATTENTION_VALUES` logits per call (the `sampled` statistic says how many
-queries were left out). Nothing is read back to the host. Not measured under `torch.compile` (the hooks are
-traced, and wrapping functions inside a graph would break it).
+queries were left out). Nothing is read back to the host. Not measured under `torch.compile` (the compiled graph
+calls the attention functions without Python, and wrapping them inside a graph would break it): each training
+forward of a recorded step that runs compiled is counted in `dropped["attention_compiled"]` instead, and warned
+about once (`CompiledModelWarning`), by a function the compiled graph calls eagerly before it runs; only for models
+that look like they compute attention (a module type named `...Attention`, `...Attn` or `Transformer...`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import math
 import sys
 import threading
+import warnings
 import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -30,9 +34,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .._errors import CompiledModelWarning
 from ..callbacks._steps import ForwardFrames, uncounted
 from ..hooks import HookHandle, normalize_path, register_module_hook
-from ..hooks._calls import HookErrors
+from ..hooks._calls import HookErrors, user_stacklevel
 from ..stats._attention import ATTENTION_FIELDS, attention_scores, attention_slice, describe_attention, finish_attention
 from ._step import StepState
 
@@ -159,13 +164,27 @@ class AttentionRecorder:
         rows: The recorder's `StepBuffers` (read: whether a row is still on the device).
         state: The watch's step state (read: which row is open).
         train_only: As `watch(train_only=)`.
+        drop: Counts observations not kept, by reason (the recorder's `drop`): here the recorded training
+            forwards that ran compiled, `"attention_compiled"`.
     """
 
-    def __init__(self, table: AttentionTable, rows: RowIds, state: StepState, train_only: bool) -> None:
+    def __init__(
+        self,
+        table: AttentionTable,
+        rows: RowIds,
+        state: StepState,
+        train_only: bool,
+        drop: Callable[[str], None],
+    ) -> None:
         self.table = table
         self.table_rows = rows
         self.state = state
         self.train_only = train_only
+        self.drop = drop
+        self.is_warned_compiled = False
+        self.may_attend = False  # whether a module of the model is named like attention (`_may_attend`)
+        # called only while torch.compile traces the root's hook: the disabled function runs as is, outside the graph
+        self._compiled_forward = torch.compiler.disable(self._count_compiled)  # type: ignore[no-untyped-call]
         self.found: dict[str, weakref.ref[nn.Module]] = {}  # the attention modules, in the order first seen
         self.is_discovered = False
         self.lock: threading.RLock = threading.RLock()
@@ -178,6 +197,7 @@ class AttentionRecorder:
     # ---- hooks -------------------------------------------------------------------------------------------------
     def register(self, model: nn.Module) -> None:
         """Place the root's hooks, and hooks naming the modules (every candidate until attention is found)."""
+        self.may_attend = _may_attend(model)
         self._handles.append(self._hook(model, "", "forward_pre", self._root_enter))
         self._handles.append(self._hook(model, "", "forward", self._root_leave, always_call=True))
         paths = self.found if self.is_discovered else dict(_candidates(model))
@@ -222,9 +242,13 @@ class AttentionRecorder:
         self._candidates[path] = (first, second)
 
     def _root_enter(self, module: nn.Module, args: Any) -> None:
+        if torch.compiler.is_compiling():
+            if self.may_attend:
+                self._compiled_forward(module)
+            return
         if self.is_discovered and not self.found:  # the first measured forward computed no attention
             return
-        if torch.compiler.is_compiling() or getattr(self._local, "measuring", False) or not self._is_measured(module):
+        if getattr(self._local, "measuring", False) or not self._is_measured(module):
             return
         self._local.stack = [("", weakref.ref(module))]
         self._local.staged = []  # (path, module, fields), kept only if the forward completes
@@ -250,6 +274,25 @@ class AttentionRecorder:
                     self.table.add(row, path, fields)
             if not self.is_discovered:
                 self._settle_discovery()
+
+    def _count_compiled(self, module: nn.Module) -> None:
+        """A root forward runs compiled (called eagerly, before its graph runs): if it is a training forward of a
+        recorded step, count its attention as not measured, and warn the first time."""
+        if getattr(self._local, "measuring", False) or not self._is_measured(module):
+            return
+        with self.lock:
+            self.drop("attention_compiled")
+            if self.is_warned_compiled:
+                return
+            self.is_warned_compiled = True
+        warnings.warn(
+            "watch(): attention is not measured in forwards run under torch.compile (the compiled graph calls "
+            "softmax and scaled_dot_product_attention without Python): results().attention gets nothing from "
+            "them, and each such recorded forward is counted in results().dropped['attention_compiled']. To "
+            "measure attention, run some training steps without torch.compile (e.g. a short eager run first).",
+            CompiledModelWarning,
+            stacklevel=user_stacklevel(),
+        )
 
     def _settle_discovery(self) -> None:
         """The first measured forward completed: keep the hooks naming the attention modules only."""
@@ -292,6 +335,14 @@ class AttentionRecorder:
     def load_state_dict(self, saved: dict[str, Any]) -> None:
         """Nothing to restore: the attention modules are found again by the first measured forward (a resumed
         run keeps the saved steps' series under their paths)."""
+
+
+def _may_attend(model: nn.Module) -> bool:
+    """Whether `model` looks like it computes attention: a module whose type name says so (`...Attention`,
+    `...Attn`, `nn.MultiheadAttention`, `nn.Transformer*`). Only compiled forwards, which cannot be looked into,
+    are judged by it."""
+    names = (type(module).__name__.lower() for module in model.modules())
+    return any("attention" in name or "attn" in name or name.startswith("transformer") for name in names)
 
 
 def _candidates(model: nn.Module) -> list[tuple[str, nn.Module]]:

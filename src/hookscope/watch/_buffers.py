@@ -8,7 +8,8 @@ the tables write them in batches. `take()` moves the rows to the CPU as a `Chunk
 (`STATISTICS`, `GRAD_STATS`), NaN where nothing was observed. Beside them: the per-head attention statistics
 (`_attention.py`'s `AttentionTable`), the repeated blocks' residual stream (`_residual.py`'s `ResidualTable`) and,
 per parameter, the optimizer's learning rate and epsilon of the step (host values, read from its param groups),
-which turn the gradient and update norms into the `OPTIMIZER_STATS` (RMS against epsilon, update RMS / lr).
+which turn the gradient and update norms into the `OPTIMIZER_STATS` (RMS against epsilon, update RMS / lr, and
+the learning rate itself).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..results._results import OPTIMIZER_STATS
 from ..stats._norm_table import NormTable
 from ..stats._norms import NORM, ratio_of_norms
 from ..stats._record import STATISTICS, finalize
@@ -241,7 +243,7 @@ class StepBuffers:
                 losses=empty,
                 loss_counts=torch.zeros(used, dtype=torch.float64),
                 residual=torch.zeros(0),
-                optimizer=torch.full((used, self.params, 3), nan, dtype=torch.float64),
+                optimizer=torch.full((used, self.params, len(OPTIMIZER_STATS)), nan, dtype=torch.float64),
             )
         index = torch.tensor(slots, device=self.device)
         acts = self.acts
@@ -273,7 +275,8 @@ class StepBuffers:
         )
 
     def _against_optimizer(self, param_grads: torch.Tensor, updates: torch.Tensor, slots: list[int]) -> torch.Tensor:
-        """(S, params, 3): gradient RMS, update RMS / learning rate, epsilon (`OPTIMIZER_STATS`), NaN where unknown."""
+        """(S, params, 4): gradient RMS, update RMS / learning rate, epsilon, learning rate (`OPTIMIZER_STATS`), NaN
+        where unknown."""
         used, nan = len(slots), math.nan
         settings = torch.full((used, self.params, 2), nan, dtype=torch.float64)
         for row, slot in enumerate(slots):
@@ -284,7 +287,7 @@ class StepBuffers:
         change = updates[:, : self.params]
         seen = change[..., NORM.index("count")] > 0
         update_rms = torch.where(seen, change[..., 0].double() / root, nan) / settings[..., 0]
-        return torch.stack((param_grads[..., 0] / root, update_rms, settings[..., 1]), dim=-1)
+        return torch.stack((param_grads[..., 0] / root, update_rms, settings[..., 1], settings[..., 0]), dim=-1)
 
 
 def _rows(table: torch.Tensor | None, index: torch.Tensor) -> torch.Tensor:

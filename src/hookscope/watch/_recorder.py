@@ -91,7 +91,7 @@ class Recorder:
         )
         self.params = ParamRecorder(options, self.buffers, [p for _, p in params], state, self.drop)
         self.residual = ResidualRecorder(blocks, self.buffers.residual, state, options.train_only)
-        self.attention = AttentionRecorder(self.buffers.attention, self.buffers, state, options.train_only)
+        self.attention = AttentionRecorder(self.buffers.attention, self.buffers, state, options.train_only, self.drop)
         self.paths = [path for path, _ in modules]
         self.kinds = [type(m).__name__ for _, m in modules]
         self.param_names = [name for name, _ in params]

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from .._schema import (
     FLOAT,
     INT,
@@ -30,7 +32,7 @@ from .._schema import (
     check,
     found,
 )
-from ..results._results import ACTIVATION_STATS, FIRST_NONFINITE, GRAD_STATS
+from ..results._results import ACTIVATION_STATS, FIRST_NONFINITE, GRAD_STATS, OPTIMIZER_STATS
 from ._buffers import Chunk
 
 if TYPE_CHECKING:
@@ -52,10 +54,17 @@ _TABLE = Record(
     update_ratios=Tensor(_ROWS, shape=("steps", "params")),
     losses=Tensor(_ROWS, shape=("steps",)),
     residual=Tensor(_ROWS, shape=("steps", "blocks", 4)),
-    optimizer=Tensor(_ROWS, shape=("steps", "params", 3)),
+    optimizer=Tensor(_ROWS, shape=("steps", "params", "*")),  # `OPTIMIZER_STATS`; 3 columns in older states
     attention=MapOf(Tensor(_ROWS, shape=("steps", "*", 4))),
     has_loss=Bool(),
     optional={"loss_counts": Tensor(_ROWS, shape=("steps",))},  # absent from older states
+    rules=[
+        Rule(
+            "optimizer",
+            lambda t: t["optimizer"].shape[-1] in (len(OPTIMIZER_STATS) - 1, len(OPTIMIZER_STATS)),
+            f"must have {len(OPTIMIZER_STATS)} columns ({', '.join(OPTIMIZER_STATS)}; older states lack the last)",
+        )
+    ],
 )
 _RECORDER_STATE = Record(
     paths=ListOf(Str(), length="modules"),
@@ -102,8 +111,17 @@ def state_of(stepper: dict[str, Any], recorder: Recorder | None) -> dict[str, An
 
 def stepper_state(state: dict[str, Any]) -> dict[str, Any]:
     """The stepper's part of a checked `STATE` (for `Stepper.load_state_dict`)."""
-    table = None if state["table"] is None else Chunk(**state["table"])
+    table = None if state["table"] is None else Chunk(**_with_learning_rate(state["table"]))
     return {**{k: v for k, v in state.items() if k not in ("version", "recorder")}, "table": table}
+
+
+def _with_learning_rate(table: dict[str, Any]) -> dict[str, Any]:
+    """`table` with a NaN learning-rate column added to an older state's optimizer table (it did not keep it)."""
+    optimizer = table["optimizer"]
+    if optimizer.shape[-1] == len(OPTIMIZER_STATS):
+        return table
+    unknown = torch.full((*optimizer.shape[:-1], 1), float("nan"), dtype=optimizer.dtype)
+    return {**table, "optimizer": torch.cat((optimizer, unknown), dim=-1)}
 
 
 def check_state(state: Any, bins: int) -> None:
