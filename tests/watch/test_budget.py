@@ -178,7 +178,12 @@ def test_a_pause_between_steps_earns_no_more_than_two_typical_steps(clock: FakeC
 
 def schedule(monkeypatch: pytest.MonkeyPatch, measured: set[int]) -> None:
     """Make the budget measure exactly `measured` (its decisions, not its clock, are what these tests are about)."""
-    monkeypatch.setattr(Budget, "_rule", lambda self, step, credit: step in measured)
+    every = Budget._rule  # `every=N` keeps its own rule
+
+    def rule(self: Budget, step: int, credit: float) -> bool:
+        return step in measured if self.budget is not None else every(self, step, credit)
+
+    monkeypatch.setattr(Budget, "_rule", rule)
 
 
 def ours_on(module: nn.Module) -> int:
@@ -306,3 +311,67 @@ def test_steps_ended_at_their_optimizer_step_are_timed_alike_wherever_they_are_s
     summary = budget.summary()
     assert summary["after_warmup"]["seconds"] == pytest.approx(2e-5 * measured)
     assert measured > 250  # 2 % of the step: nearly every step is measured
+
+
+def test_gradient_accumulation_steps_left_alone_or_measured_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    schedule(monkeypatch, {0, 2, 5})
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    outputs: list[list[torch.Tensor]] = []
+    model[0].register_forward_hook(lambda m, a, out: outputs[-1].append(out.detach().clone()))
+    with watch(model, optimizer) as w:
+        for _ in range(6):
+            outputs.append([])
+            for _ in range(4):  # four micro-batches, one optimizer step
+                model(torch.randn(2, 3)).sum().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    results = w.results()
+    assert results.steps.tolist() == [0, 2, 5]
+    oracle = torch.stack([torch.cat(outputs[s]).double().mean() for s in (0, 2, 5)])
+    torch.testing.assert_close(results.activations["0"]["mean"], oracle)  # the four micro-batches, together
+    assert results.activations["0"]["count"].tolist() == [32.0] * 3
+
+
+def test_a_closure_optimizer_and_eval_forwards_between_steps_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    schedule(monkeypatch, {0, 3})
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 1))
+    optimizer = torch.optim.LBFGS(model.parameters(), lr=0.1, max_iter=2)
+    x, y = torch.randn(8, 3), torch.randn(8, 1)
+
+    def closure() -> torch.Tensor:
+        optimizer.zero_grad()
+        loss = (model(x) - y).square().mean()
+        loss.backward()
+        return loss
+
+    with watch(model, optimizer) as w:
+        for _ in range(5):
+            optimizer.step(closure)
+            model.eval()
+            with torch.no_grad():
+                model(x)  # an evaluation between steps: never a step
+            model.train()
+    results = w.results()
+    assert results.steps.tolist() == [0, 3] and results.meta["measured"]["steps"] == 5
+    assert bool(torch.isfinite(results.param_grads["0.weight"]["norm"]).all())
+
+
+def test_two_watches_of_one_model_each_keep_their_own_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 3), nn.ReLU())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    first, second = watch(model, optimizer, every=1), watch(model, optimizer)
+    schedule(monkeypatch, {0, 4})  # the budgeted one; every=1 measures every step whatever the rule
+    with first, second:
+        for _ in range(6):
+            optimizer.zero_grad()
+            model(torch.randn(4, 3)).sum().backward()
+            optimizer.step()
+    assert first.results().steps.tolist() == list(range(6))
+    assert second.results().steps.tolist() == [0, 4]
+    torch.testing.assert_close(
+        first.results().activations["0"]["mean"][[0, 4]], second.results().activations["0"]["mean"]
+    )
