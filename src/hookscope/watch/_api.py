@@ -62,8 +62,8 @@ def watch(model: nn.Module, optimizer: torch.optim.Optimizer | None = None, **op
             the live doctor) against the steps' time and measures a step whenever the run has time to spare, so
             its cost stays within the budget on any model; the first 16 steps are measured whatever they cost. On
             the steps it does not measure, its hooks are off the model (paused, still registered; with an
-            optimizer, from the end of the step before, so that only the optimizer's step is followed; a model traced
-            by `torch.compile` keeps them). `results().meta["measured"]` says how many steps were measured and what they
+            optimizer, from the end of the step before, all but one forward pre-hook on the model that numbers the
+            steps; a model traced by `torch.compile` keeps them). `results().meta["measured"]` says how many steps were measured and what they
             cost. `None`: measure every `every`-th step (with `every=1`, every step).
         every: Measure exactly one step in `every` instead of following the budget (`every=1`: every step).
         max_steps: The number of steps the run is planned for, when known: its last step is measured too.
