@@ -375,3 +375,19 @@ def test_two_watches_of_one_model_each_keep_their_own_steps(monkeypatch: pytest.
     torch.testing.assert_close(
         first.results().activations["0"]["mean"][[0, 4]], second.results().activations["0"]["mean"]
     )
+
+
+def test_a_watch_attached_again_leaves_steps_alone_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    schedule(monkeypatch, {0, 1})
+    model = nn.Sequential(nn.Linear(3, 3))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    w = watch(model, optimizer)
+    for _ in range(2):  # attached, detached, attached again
+        with w:
+            for _ in range(3):
+                optimizer.zero_grad()
+                model(torch.randn(2, 3)).sum().backward()
+                optimizer.step()
+                last = ours_on(model), ours_on(model[0])
+        assert last == (1, 0)  # the next step is left alone: only the driver's forward pre-hook on the model
+        assert ours_on(model) == ours_on(model[0]) == 0  # detached

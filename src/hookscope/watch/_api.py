@@ -57,14 +57,15 @@ def watch(model: nn.Module, optimizer: torch.optim.Optimizer | None = None, **op
         optimizer: Its optimizer: steps count its steps, update ratios are recorded.
         select: Which modules (a `hookscope.hooks` selector); default: modules with parameters of their own and
             activation modules (`ACTIVATION_TYPES`).
-        budget: The largest share of the run's time hookscope may take (default 0.03: 3 %, about 1.03 times the
-            bare step). hookscope times its own work on the host (its hooks, the end of measured steps, flushes,
-            the live doctor) against the steps' time and measures a step whenever the run has time to spare, so
-            its cost stays within the budget on any model; the first 16 steps are measured whatever they cost. On
-            the steps it does not measure, its hooks are off the model (paused, still registered; with an
-            optimizer, from the end of the step before, all but one forward pre-hook on the model that numbers the
-            steps; a model traced by `torch.compile` keeps them). `results().meta["measured"]` says how many steps were measured and what they
-            cost. `None`: measure every `every`-th step (with `every=1`, every step).
+        budget: The largest share of the run's time hookscope's statistics may take (default 0.03: 3 %).
+            hookscope times its own work on the host (its hooks, the end of measured steps, flushes, the live
+            doctor, and what a measured step takes beyond a step left alone) against the steps' time and measures a
+            step whenever the run has time to spare, so that cost stays within the budget on any model; the first
+            16 steps are measured whatever they cost. On the steps it does not measure, its hooks are off the model
+            (paused, still registered; with an optimizer, from the end of the step before, all but one forward
+            pre-hook on the model that numbers the steps; a model traced by `torch.compile` keeps them): what
+            remains is the cost of following the steps (`make bench`). `results().meta["measured"]` says how many
+            steps were measured and what they cost. `None`: measure every `every`-th step (`every=1`: every step).
         every: Measure exactly one step in `every` instead of following the budget (`every=1`: every step).
         max_steps: The number of steps the run is planned for, when known: its last step is measured too.
         train_only: Record training-mode forwards only (`False`: eval-mode forwards are steps too).

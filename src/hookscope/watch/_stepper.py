@@ -83,6 +83,7 @@ class Stepper:
         if self.recorder is not None and recorder is not self.recorder:
             self.store = SeriesStore(self.options.capacity, self.options.cadence)
         self.recorder = recorder
+        self.is_dormant = False  # the hooks of a new attachment are all on the model
         self._model = weakref.ref(model)
         self._optimizer = None if optimizer is None else weakref.ref(optimizer)
 
