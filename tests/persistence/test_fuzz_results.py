@@ -60,6 +60,9 @@ def tensor_field(key: str) -> tuple[str, Field]:
         name = {"steps": "steps", "loss/loss": "losses", "loss/count": "loss_counts"}[rest or key]
         field = SCHEMA.fields[name]
         return f"results.{name}", field.options[1] if group == "losses" else field  # type: ignore[attr-defined]
+    if group == "logged":
+        name = {"steps": "logged_steps", "losses": "logged_losses"}[rest]
+        return f"results.{name}", SCHEMA.fields[name].options[1]  # type: ignore[attr-defined]
     if group in ("activations", "output_grads", "param_grads", "residual", "optimizer"):
         return f"results.{group}[{name!r}][{stat!r}]", SCHEMA.fields[group].value.value  # type: ignore[attr-defined]
     if group == "attention":

@@ -59,32 +59,47 @@ def _count(results: WatchResults, group: dict[str, dict[str, torch.Tensor]], pat
     return value if math.isfinite(value) else None
 
 
-def _loss_finding(results: WatchResults) -> list[Finding]:
-    if results.losses is None:
-        return []
-    bad = (~torch.isfinite(results.losses) & results.loss_logged()).nonzero()  # an unknown loss is not NaN
-    if not bad.numel():
-        return []
-    step = step_at(results, int(bad[0, 0]))
-    return [
-        Finding(
-            "nonfinite_forward",
-            "error",
-            None,
-            step,
-            "the loss became NaN/Inf while every watched layer output stayed finite",
-            {"direction": "forward", "loss": float(results.losses[int(bad[0, 0])])},
-            "The loss computation itself breaks: check log/division of predictions or targets (use "
-            "log_softmax/BCEWithLogits), and the targets for NaN.",
-        )
-    ]
+def _first_bad_loss(results: WatchResults) -> tuple[int, float, bool] | None:
+    """The first step whose logged loss is NaN/Inf: (step, loss, whether the step was measured), or `None`.
+
+    Measured steps' losses (`losses`) and every step's (`logged_steps`, measured or not) are both read."""
+    hits: list[tuple[int, float, bool]] = []
+    if results.losses is not None:
+        bad = (~torch.isfinite(results.losses) & results.loss_logged()).nonzero()  # an unknown loss is not NaN
+        if bad.numel():
+            index = int(bad[0, 0])
+            hits.append((step_at(results, index), float(results.losses[index]), True))
+    if results.logged_steps is not None and results.logged_losses is not None:
+        bad = (~torch.isfinite(results.logged_losses)).nonzero()
+        if bad.numel():
+            step = int(results.logged_steps[int(bad[0, 0])])
+            hits.append((step, float(results.logged_losses[int(bad[0, 0])]), step in set(results.steps.tolist())))
+    return min(hits, key=lambda hit: (hit[0], not hit[2])) if hits else None
+
+
+def _loss_finding(hit: tuple[int, float, bool]) -> list[Finding]:
+    step, loss, measured = hit
+    message = (
+        "the loss became NaN/Inf while every watched layer output stayed finite"
+        if measured
+        else "the loss became NaN/Inf in a step that was not measured (its layer outputs were not watched)"
+    )
+    advice = (
+        "The loss computation itself breaks: check log/division of predictions or targets (use "
+        "log_softmax/BCEWithLogits), and the targets for NaN."
+    )
+    if not measured:
+        advice += " To see which layer broke first, run again with watch(..., every=1) around that step."
+    return [Finding("nonfinite_forward", "error", None, step, message, {"direction": "forward", "loss": loss}, advice)]
 
 
 def check_nonfinite_forward(results: WatchResults, thresholds: Thresholds) -> list[Finding]:
     """Name the first module whose output became NaN/Inf (or the loss, when no layer output did)."""
-    origin = _origin(results, "forward")
+    origin, loss = _origin(results, "forward"), _first_bad_loss(results)
+    if loss is not None and (origin is None or (loss[0] < origin[1] and not loss[2])):
+        return _loss_finding(loss)  # no layer broke, or the loss broke first, in a step not measured
     if origin is None:
-        return _loss_finding(results)
+        return []
     path, step, source = origin
     kind = results.layers.get(path, "module")
     count = _count(results, results.activations, path, step)

@@ -287,11 +287,13 @@ def check_adam_epsilon(results: WatchResults, thresholds: Thresholds) -> Iterato
 
 def check_loss_spike(results: WatchResults, thresholds: Thresholds) -> Iterator[Finding]:
     """Warn at a sudden loss jump that lasts: the `loss_spike_window` losses from a step on are all above every
-    one of the `2 * loss_spike_window` before it, and their median is `loss_spike_ratio` times theirs. The
-    evidence names the layer whose max logit or gradient norm jumped first."""
-    if results.losses is None:
+    one of the `2 * loss_spike_window` before it, and their median is `loss_spike_ratio` times theirs. The loss
+    of every logged step is read (`logged_losses`) when it holds more steps than the measured ones. The evidence
+    names the layer whose max logit or gradient norm jumped first (on the measured steps)."""
+    found = _loss_series(results)
+    if found is None:
         return
-    losses = results.losses.double()
+    steps, losses = found
     after, before = thresholds.loss_spike_window, 2 * thresholds.loss_spike_window
     finite = torch.isfinite(losses)
     for index in range(before, losses.numel() - after + 1):
@@ -301,13 +303,29 @@ def check_loss_spike(results: WatchResults, thresholds: Thresholds) -> Iterator[
         if float(following.min()) > float(previous.max()) and float(following.median()) >= (
             thresholds.loss_spike_ratio * float(previous.median())
         ):
-            yield _spike(results, index, float(previous.median()), float(following.median()), thresholds)
+            step = int(steps[index])
+            measured = min(int(torch.searchsorted(results.steps.contiguous(), step)), max(results.num_steps - 1, 0))
+            yield _spike(results, step, measured, float(previous.median()), float(following.median()), thresholds)
             return
 
 
-def _spike(results: WatchResults, index: int, before: float, after: float, thresholds: Thresholds) -> Finding:
+def _loss_series(results: WatchResults) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(steps, losses) of every logged step when that holds more than the measured steps, else the measured."""
+    logged = results.logged_losses
+    if results.logged_steps is not None and logged is not None:
+        measured = 0 if results.losses is None else int(results.loss_logged().sum())
+        if logged.numel() > measured:
+            return results.logged_steps, logged.double()
+    if results.losses is None:
+        return None
+    return results.steps, results.losses.double()
+
+
+def _spike(
+    results: WatchResults, step: int, index: int, before: float, after: float, thresholds: Thresholds
+) -> Finding:
     evidence: dict[str, float | int | str | None] = {"loss_before": before, "loss_after": after}
-    first = _first_jump(results, index, thresholds)
+    first = _first_jump(results, index, thresholds) if results.num_steps else None
     if first is not None:
         evidence.update(layer=first[0], signal=first[1], signal_step=step_at(results, first[2]))
     where = "" if first is None else f"; {first[1]} of {first[0]!r} jumped first, at step {step_at(results, first[2])}"
@@ -315,7 +333,7 @@ def _spike(results: WatchResults, index: int, before: float, after: float, thres
         "loss_spike",
         "warning",
         None,
-        step_at(results, index),
+        step,
         f"the loss jumped from {before:.4g} to {after:.4g} and stayed there{where}",
         evidence=evidence,
         advice="lower the learning rate or its peak, clip gradients harder, or restart from a checkpoint before it "

@@ -8,7 +8,8 @@ average gradients, so this is the gradient of the loss they optimize, the mean o
 gradients and update ratios after DDP's all-reduce are the same on every rank and are taken once (checked: steps
 where ranks differ become NaN, counted in `dropped` and listed in `meta["distributed"]`); FSDP2 shard norms
 combine as the root of summed squares. Histograms are re-binned exactly to the widest range of any rank and
-summed (a fixed `hist_range` must be the same on every rank). Losses are averaged over ranks. Attention: the max
+summed (a fixed `hist_range` must be the same on every rank). Losses are averaged over ranks, those of every
+logged step (`logged_steps`) too, over the ranks that logged one. Attention: the max
 logit is the largest of any rank, entropy, sink and the sampled fraction are averaged over the ranks that measured
 (equal batches); the residual stream's largest magnitude is the largest of any rank (with that rank's channel and
 token), its median the mean of the ranks'; the optimizer series are the mean of the ranks' (equal on replicas after
@@ -45,6 +46,8 @@ _OPS = {
     "update_ratios": "gather",
     "losses": "gather",
     "loss_counts": "gather",
+    "logged_losses": "gather",
+    "logged_seen": "gather",
     "attention": "gather",
     "residual": "gather",
     "optimizer": "gather",
@@ -130,6 +133,7 @@ def _header(results: WatchResults) -> dict[str, Any]:
         "residual": list(results.residual),
         "optimizer": list(results.optimizer),
         "losses": results.losses is not None,
+        "logged": [] if results.logged_steps is None else results.logged_steps.tolist(),
         "hist_range": None if fixed is None else list(fixed),
         "hists": hists,
         "bins": next((h.shape[-1] for h in results.histograms.values()), 0),
@@ -161,6 +165,7 @@ class _Layout:
     residual: list[str]
     optimizer: list[str]
     has_losses: bool
+    logged: list[int]  # the union of the steps whose loss a rank logged
     hist_range: list[float] | None
     bins: int
     hists: dict[str, int] = field(default_factory=dict)  # path -> the widest exponent of any rank
@@ -190,6 +195,7 @@ class _Layout:
             residual=_union([h["residual"] for h in headers]),
             optimizer=_union([h["optimizer"] for h in headers]),
             has_losses=any(h["losses"] for h in headers),
+            logged=sorted({step for header in headers for step in header.get("logged", ())}),
             hist_range=ranges[0] if ranges else None,
             bins=max(h["bins"] for h in headers),
             hists=hists,
@@ -217,6 +223,17 @@ def _fill(
     return table
 
 
+def _pack_logged(results: WatchResults, layout: _Layout) -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's logged losses on the union of logged steps, and where it logged one (1.0) or not (0.0)."""
+    losses = torch.full((len(layout.logged),), _NAN, dtype=torch.float64)
+    seen = torch.zeros(len(layout.logged), dtype=torch.float64)
+    if results.logged_steps is not None and results.logged_losses is not None and layout.logged:
+        index = {step: k for k, step in enumerate(layout.logged)}
+        at = torch.tensor([index[step] for step in results.logged_steps.tolist()], dtype=torch.int64)
+        losses[at], seen[at] = results.logged_losses.double(), 1.0
+    return losses, seen
+
+
 def _pack(results: WatchResults, header: dict[str, Any], layout: _Layout) -> dict[str, torch.Tensor]:
     """All per-step series of `results` in `layout`'s order, NaN (or empty records) where absent."""
     rows, steps = _rows(results, layout), len(layout.steps)
@@ -241,6 +258,7 @@ def _pack(results: WatchResults, header: dict[str, Any], layout: _Layout) -> dic
         if path in results.hist_outside:
             outside[rows, j] = results.hist_outside[path].double()
     units, weights = _pack_units(results, layout)
+    logged_losses, logged_seen = _pack_logged(results, layout)
     return {
         "activations": from_statistics(statistics),
         "output_grads": _fill(layout.output_grads, results.output_grads, GRAD_STATS, rows, steps),
@@ -248,6 +266,8 @@ def _pack(results: WatchResults, header: dict[str, Any], layout: _Layout) -> dic
         "update_ratios": _fill(layout.update_ratios, ratios, ("ratio",), rows, steps),
         "losses": losses,
         "loss_counts": logged,
+        "logged_losses": logged_losses,
+        "logged_seen": logged_seen,
         "attention": _pack_attention(results, layout, rows, steps),
         "residual": _fill(layout.residual, results.residual, RESIDUAL_STATS, rows, steps),
         "optimizer": _fill(layout.optimizer, results.optimizer, OPTIMIZER_STATS, rows, steps),
@@ -354,6 +374,11 @@ def _assemble(
         logged = tables["loss_counts"] > 0
         merged.losses = torch.where(logged, tables["losses"], 0.0).sum(0).div(logged.sum(0))
         merged.loss_counts = logged.sum(0).double()
+    if layout.logged:
+        # the mean over the ranks that logged the step's loss (a non-finite one stays so)
+        seen = tables["logged_seen"] > 0
+        merged.logged_steps = torch.tensor(layout.logged, dtype=torch.int64)
+        merged.logged_losses = torch.where(seen, tables["logged_losses"], 0.0).sum(0).div(seen.sum(0))
     for j, (path, exponent) in enumerate(layout.hists.items()):
         merged.histograms[path] = tables["hists"][:, j].clone()
         if layout.hist_range is None:

@@ -17,7 +17,7 @@ import torch
 
 from .._check import hint_for
 from .._io import load_bundle, save_bundle
-from .._schema import FLOAT, INT, Int, Json, ListOf, MapOf, Optional, Record, SchemaError, Str, Tensor, check
+from .._schema import FLOAT, INT, Int, Json, ListOf, MapOf, Optional, Record, Rule, SchemaError, Str, Tensor, check
 from .._text import display_name, quoted, shorten_middle, terminal_width, wrap
 from ..stats._record import STATISTICS
 
@@ -103,6 +103,9 @@ class WatchResults:
         losses: (S,) float64 when the loss was logged (`watch.log_loss`), else `None`; NaN in a step without a
             logged loss, where `loss_counts` is 0 (unknown, not non-finite).
         loss_counts: (S,) float64, how many losses were logged in each step (`None` with `losses`).
+        logged_steps: (L,) int64, every step whose loss was logged, measured or not (a long run keeps an evenly
+            thinned subset, always its first and latest), or `None` when no loss was logged.
+        logged_losses: (L,) float64, the loss of each of `logged_steps` (the mean of the losses logged in it).
         unit_activity: module path -> (units,) float64, the fraction of observed values of each output unit
             (dim 1 of 4-D and 5-D outputs and of convolution/normalization layers, the last dim otherwise) that
             were > 0, over all recorded steps.
@@ -132,6 +135,8 @@ class WatchResults:
     optimizer: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
     losses: torch.Tensor | None = None
     loss_counts: torch.Tensor | None = None
+    logged_steps: torch.Tensor | None = None
+    logged_losses: torch.Tensor | None = None
     unit_activity: dict[str, torch.Tensor] = field(default_factory=dict)
     identical_units: dict[str, int] = field(default_factory=dict)
     first_nonfinite: dict[str, dict[str, Any] | None] = field(
@@ -310,6 +315,8 @@ class WatchResults:
             tensors.update({f"attention/{module}/{stat}": values for stat, values in stats.items()})
         for group in _NAMED_TENSORS:
             tensors.update({f"{group}/{name}": t for name, t in getattr(self, group).items()})
+        if self.logged_steps is not None and self.logged_losses is not None:
+            tensors.update({"logged/steps": self.logged_steps, "logged/losses": self.logged_losses})
         document = {name: value for name, value in fields.items() if name not in _TENSOR_FIELDS}
         document["tensor_order"] = list(tensors)  # safetensors sorts its keys: keep the layers' model order
         return save_bundle(path, tensors, document, _KIND)
@@ -373,6 +380,7 @@ def _decode(tensors: dict[str, torch.Tensor], document: dict[str, Any], source: 
     fields = {name: value for name, value in document.items() if name != "tensor_order"}
     fields.setdefault("skipped_steps", [])
     fields.update({name: {} for name in _TENSOR_FIELDS if name not in _SINGLE}, losses=None, loss_counts=None)
+    fields.update(logged_steps=None, logged_losses=None)
     order = [key for key in document.get("tensor_order", []) if key in tensors]
     for key in order + sorted(key for key in tensors if key not in order):
         _place(fields, key, tensors[key], source)
@@ -388,6 +396,8 @@ def _place(fields: dict[str, Any], key: str, tensor: torch.Tensor, source: str) 
         fields[group] = tensor
     elif group == "losses" and rest == "loss/count":
         fields["loss_counts"] = tensor
+    elif group == "logged" and rest in ("steps", "losses"):
+        fields[f"logged_{rest}"] = tensor
     elif group in _STAT_GROUPS and "/" in rest:
         fields[group].setdefault(name, {})[stat] = tensor
     elif group == "update_ratios" and "/" in rest and stat == "ratio":
@@ -396,7 +406,14 @@ def _place(fields: dict[str, Any], key: str, tensor: torch.Tensor, source: str) 
         fields[group][rest] = tensor
     else:
         known = ", ".join(
-            ["steps", "losses/loss/loss", "losses/loss/count", *(f"{g}/..." for g in (*_STAT_GROUPS, *_NAMED_TENSORS))]
+            [
+                "steps",
+                "losses/loss/loss",
+                "losses/loss/count",
+                "logged/steps",
+                "logged/losses",
+                *(f"{g}/..." for g in (*_STAT_GROUPS, *_NAMED_TENSORS)),
+            ]
         )
         raise SchemaError(source, f"tensor {key!r}", f"is not a results tensor (known: {known})")
 
@@ -421,6 +438,8 @@ SCHEMA = Record(
     optimizer=MapOf(MapOf(_SERIES, key=Str(OPTIMIZER_STATS))),
     losses=Optional(_SERIES),
     loss_counts=Optional(_SERIES),
+    logged_steps=Optional(Tensor(INT, shape=("logged",))),
+    logged_losses=Optional(Tensor(FLOAT, shape=("logged",))),
     unit_activity=MapOf(Tensor(FLOAT, shape=("*",)), keys_in="layers"),
     identical_units=MapOf(Int(min=0), keys_in="layers"),
     first_nonfinite=FIRST_NONFINITE,
@@ -429,14 +448,30 @@ SCHEMA = Record(
     dropped=MapOf(Int(min=0)),
     skipped_steps=ListOf(Int(min=0)),
     meta=MapOf(Json()),
+    rules=[
+        Rule(
+            "logged_losses",
+            lambda r: (r["logged_steps"] is None) == (r["logged_losses"] is None),
+            "and logged_steps come together (both None, or one loss per logged step)",
+        )
+    ],
 )
 """The format of `WatchResults` (its fields, as saved and loaded): one length `steps` for every series,
 each layer's histogram one bin fewer than its edges, layer-keyed tables keyed by `layers`' paths."""
 
 _STAT_GROUPS = ("activations", "output_grads", "param_grads", "attention", "residual", "optimizer")
 _NAMED_TENSORS = ("histograms", "hist_edges", "hist_outside", "unit_activity")
-_TENSOR_FIELDS = ("steps", *_STAT_GROUPS, "update_ratios", "losses", "loss_counts", *_NAMED_TENSORS)
-_SINGLE = ("steps", "losses", "loss_counts")  # one tensor each, not a table of them
+_TENSOR_FIELDS = (
+    "steps",
+    *_STAT_GROUPS,
+    "update_ratios",
+    "losses",
+    "loss_counts",
+    "logged_steps",
+    "logged_losses",
+    *_NAMED_TENSORS,
+)
+_SINGLE = ("steps", "losses", "loss_counts", "logged_steps", "logged_losses")  # one tensor each, not a table
 _DOCUMENT = Record(
     {name: Json() for name in SCHEMA.fields if name not in _TENSOR_FIELDS and name != "skipped_steps"},
     optional={"skipped_steps": Json(), "tensor_order": ListOf(Str())},  # files from before skipped_steps

@@ -413,13 +413,13 @@ class Recorder:
         if row >= 0 and factor is not None:
             self.buffers.grad_factors[row % self.buffers.rows] = factor
 
-    def log_loss(self, loss: torch.Tensor | float) -> None:
-        """Add `loss` to the open row's loss (averaged over the calls of the step); count it dropped otherwise."""
+    def add_loss(self, value: torch.Tensor) -> None:
+        """Add the 0-d float64 loss `value` to the open row's loss (averaged over the calls of the step); count it
+        dropped when the step is not measured (its loss is in the stepper's `LossLog` either way)."""
         row = self.state.row
         if row < 0:
             self.drop("sampling_loss")
             return
-        value = loss.detach().double().mean() if isinstance(loss, torch.Tensor) else torch.tensor(float(loss))
         slot = self.buffers.slot(row, value.device)
         losses = self.buffers.losses
         if losses is not None:

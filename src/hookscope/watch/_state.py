@@ -79,6 +79,12 @@ _RECORDER_STATE = Record(
     attention_paths=ListOf(Str()),
     optional={"param_shapes": ListOf(ListOf(Int(min=0)), length="params")},  # absent from older states
 )
+_LOSSES = Record(
+    steps=Tensor(INT, shape=("logged",)),
+    sums=Tensor(("float64",), shape=("logged",)),
+    calls=Tensor(("float64",), shape=("logged",)),
+    stride=Int(min=1),
+)
 STATE = Record(
     version=Const(_VERSION, "the Watch.state_dict() version this hookscope reads"),
     batches=Int(min=0),
@@ -94,6 +100,7 @@ STATE = Record(
     optional={
         "skipped": ListOf(Int(min=0)),
         "labelled": ListOf(ListOf(Either(Str(), Int(min=0)), length=2)),  # [label, step] pairs
+        "losses": _LOSSES,  # every step's logged loss (`LossLog`); absent from older states
     },
     rules=[Rule("recorder", lambda s: s["table"] is None or s["recorder"] is not None, "is missing (table is there)")],
 )

@@ -25,6 +25,7 @@ from ..results import WatchResults
 from ..results._nonfinite import first_nonfinite, merge_first
 from ._assemble import build_results
 from ._extras import collect_extras
+from ._losses import LossLog
 from ._options import WatchOptions
 from ._recorder import Recorder
 from ._scaler import GradScalerSteps
@@ -36,6 +37,10 @@ __all__ = ["Stepper"]
 
 
 _COUNTERS = ("batches", "optimizer_steps", "step", "recorded")
+
+LOSS_STEPS_PER_STEP = 64
+"""Steps whose logged loss is kept on the host per measured step kept (`capacity`): the loss of every step is
+three numbers, a measured step thousands."""
 
 
 class Stepper:
@@ -60,6 +65,7 @@ class Stepper:
         self.sinks = sinks
         self.store = SeriesStore(options.capacity, options.cadence)
         self.budget = Budget(options.budget if options.is_budgeted else None, options.cadence, options.max_steps)
+        self.losses = LossLog(None if options.capacity is None else LOSS_STEPS_PER_STEP * options.capacity)
         self.recorder: Recorder | None = None
         self.scaler: GradScalerSteps | None = None
         self.first: dict[str, Any] = {"forward": None, "backward": None}  # from the flushed steps
@@ -196,6 +202,19 @@ class Stepper:
             if not completed and frame.reason is None:
                 self.state.batches -= 1
 
+    def log_loss(self, loss: torch.Tensor | float) -> None:
+        """The loss of the open step, measured or not: into the loss log (every step), and into the open row when
+        the step is measured. A loss logged before any step began is counted in `dropped["outside_step"]`."""
+        recorder, state = self.recorder, self.state
+        if recorder is None:
+            return
+        if state.step < 0:
+            recorder.drop("outside_step")
+            return
+        value = loss.detach().double().mean() if isinstance(loss, torch.Tensor) else torch.tensor(float(loss))
+        self.losses.add(state.step, value)
+        recorder.add_loss(value)
+
     def label(self, label: str) -> None:
         """Label the open step (`"retain_graph"`: a backward went through its forward twice)."""
         state = self.state
@@ -237,6 +256,9 @@ class Stepper:
         state.step, state.backwards, state.is_open = step, 0, True
         if recorder.buffers.is_full:
             self.flush()  # first: thinning may change which steps are recorded
+        elif self.losses.is_full:
+            with self.budget.timed():
+                self.losses.take()
         if self.budget.begin(step) and self.store.records(step):
             state.row = recorder.buffers.new_row(step)
             state.recorded += 1
@@ -288,6 +310,7 @@ class Stepper:
             self._flush(recorder)
 
     def _flush(self, recorder: Recorder) -> None:
+        self.losses.take()
         recorder.write_pending()
         stop = self.state.row if self.state.row >= 0 else None
         chunk = recorder.buffers.take(stop)
@@ -311,6 +334,7 @@ class Stepper:
         saved.update(warned_unobserved=self._warned_unobserved, skipped=list(state.skipped))
         saved.update(labelled=[list(pair) for pair in state.labelled], first=dict(self.first))
         saved.update(stride=self.store.stride, capacity_dropped=self.store.dropped, table=self.store.table())
+        saved["losses"] = self.losses.state_dict()
         return saved
 
     def load_state_dict(self, saved: dict[str, Any]) -> None:
@@ -323,6 +347,8 @@ class Stepper:
         self._warned_unobserved = saved["warned_unobserved"]
         self.first = dict(saved["first"])
         self.store.restore(saved["table"], saved["stride"], saved["capacity_dropped"])
+        if "losses" in saved:  # states saved before every step's loss was kept have none
+            self.losses.load_state_dict(saved["losses"])
 
     # ---- warnings and the doctor -----------------------------------------------------------------------------
     def _warn_unobserved(self, final: bool = False) -> None:

@@ -255,8 +255,7 @@ class Watch(Callback):
     @contained
     def log_loss(self, loss: torch.Tensor | float) -> None:
         """Record the loss of the current step on the device (averaged when logged several times in a step)."""
-        if self._recorder is not None:
-            self._recorder.log_loss(loss)
+        self.stepper.log_loss(loss)
 
     def _count_error(self, reason: str) -> None:
         if self._recorder is not None:
@@ -305,6 +304,9 @@ class Watch(Callback):
                 labels.setdefault(label, []).append(step)
             results.meta["step_labels"] = labels
         results.skipped_steps = list(stepper.state.skipped)
+        logged = stepper.losses.table()
+        if logged is not None:
+            results.logged_steps, results.logged_losses = logged
         return results
 
     def to_dataframe(self) -> Any:
