@@ -75,6 +75,16 @@ def test_loss_is_drawn_or_asked_for(results: WatchResults) -> None:
         plot_loss(WatchResults())
 
 
+def test_the_loss_of_every_logged_step_is_drawn_when_fewer_steps_were_measured() -> None:
+    every = torch.arange(50)
+    losses = 1.0 / (1.0 + every.double())
+    measured = every[::10].clone()
+    results = WatchResults(steps=measured, losses=losses[measured], logged_steps=every, logged_losses=losses)
+    (line,) = [line for line in plot_loss(results).axes[0].get_lines() if line.get_label() == "loss"]
+    np.testing.assert_array_equal(np.asarray(line.get_xdata(), dtype=float), every.numpy())
+    np.testing.assert_allclose(np.asarray(line.get_ydata(), dtype=float), losses.numpy())
+
+
 def test_non_finite_values_are_gaps(make_results: Callable[..., WatchResults]) -> None:
     results = make_results()
     results.activations["0"]["mean"][2] = float("inf")

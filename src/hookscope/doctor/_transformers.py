@@ -290,7 +290,7 @@ def check_loss_spike(results: WatchResults, thresholds: Thresholds) -> Iterator[
     one of the `2 * loss_spike_window` before it, and their median is `loss_spike_ratio` times theirs. The loss
     of every logged step is read (`logged_losses`) when it holds more steps than the measured ones. The evidence
     names the layer whose max logit or gradient norm jumped first (on the measured steps)."""
-    found = _loss_series(results)
+    found = results.loss_series()
     if found is None:
         return
     steps, losses = found
@@ -307,18 +307,6 @@ def check_loss_spike(results: WatchResults, thresholds: Thresholds) -> Iterator[
             measured = min(int(torch.searchsorted(results.steps.contiguous(), step)), max(results.num_steps - 1, 0))
             yield _spike(results, step, measured, float(previous.median()), float(following.median()), thresholds)
             return
-
-
-def _loss_series(results: WatchResults) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """(steps, losses) of every logged step when that holds more than the measured steps, else the measured."""
-    logged = results.logged_losses
-    if results.logged_steps is not None and logged is not None:
-        measured = 0 if results.losses is None else int(results.loss_logged().sum())
-        if logged.numel() > measured:
-            return results.logged_steps, logged.double()
-    if results.losses is None:
-        return None
-    return results.steps, results.losses.double()
 
 
 def _spike(

@@ -146,17 +146,19 @@ def _guide_line(ax: Axes, guide: float) -> None:
 
 @checked()
 def plot_loss(results: WatchResults) -> Figure:
-    """Draw the logged loss over steps (log scale when it stays positive).
+    """Draw the logged loss over steps (log scale when it stays positive): every logged step's, when the run
+    measured fewer steps than it logged (`WatchResults.loss_series`).
 
     Raises:
         ValueError: No loss was logged.
     """
-    if results.losses is None:
+    series = results.loss_series()
+    if series is None:
         raise ValueError("results.losses must be logged to plot it, got None; call w.log_loss(loss) each step")
     figure, axes = new_figure(1, 1, (9, 4))
-    values = as_array(results.losses)
+    steps, values = as_array(series[0]), as_array(series[1])
     positive = bool(np.all(values[np.isfinite(values)] > 0))
-    draw_lines(axes[0][0], steps_of(results), {"loss": values}, title="loss", ylabel="loss", log=positive)
+    draw_lines(axes[0][0], steps, {"loss": values}, title="loss", ylabel="loss", log=positive)
     return figure
 
 

@@ -142,7 +142,7 @@ def _overview(data: ReportData) -> str:
 
     results = data.results
     plots: list[tuple[bool, Callable[[], Figure], str]] = [
-        (results.losses is not None, lambda: plot_loss(results), "loss over steps"),
+        (results.loss_series() is not None, lambda: plot_loss(results), "loss over steps"),
         (bool(results.activations), lambda: plot_activations(results), "activation statistics per layer"),
         (bool(results.output_grads), lambda: plot_gradient_flow(results), "gradient norm per layer"),
         (bool(results.param_grads), lambda: plot_gradient_flow(results, source="param"), "parameter gradients"),

@@ -273,6 +273,18 @@ class WatchResults:
             return torch.ones(self.losses.shape, dtype=torch.bool)
         return self.loss_counts > 0
 
+    def loss_series(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """`(steps, losses)`: every logged step's loss when that holds more steps than the measured ones (a run
+        under the overhead budget), else the measured steps' (`steps`, `losses`); `None` without a logged loss."""
+        logged = self.logged_losses
+        if self.logged_steps is not None and logged is not None:
+            measured = 0 if self.losses is None else int(self.loss_logged().sum())
+            if logged.numel() > measured:
+                return self.logged_steps, logged.double()
+        if self.losses is None:
+            return None
+        return self.steps, self.losses.double()
+
     def to_records(self) -> list[dict[str, Any]]:
         """Long-format rows `{step, group, name, stat, value}`, one per recorded value (NaN rows skipped)."""
         steps = self.steps.tolist()
