@@ -78,8 +78,8 @@ class Budget:
             return self._chosen
         decided = self._decided
         self.settle()
-        began, self._ended = (self._ended, None) if self._ended is not None else (time.perf_counter(), None)
-        self._began, self._step = began, step
+        self._began = self._ended if self._ended is not None else time.perf_counter()
+        self._ended, self._step = None, step
         self.steps += 1
         self._chosen = decided[1] if decided[0] == step else self._rule(step, self._credit)
         return self._chosen
@@ -95,14 +95,9 @@ class Budget:
     def decide(self, step: int) -> bool:
         """Decide now, while the previous step ends, whether step `step` will be measured (`begin(step)` keeps the
         answer): the credit the open step is earning so far counts (as `settle` will count it)."""
-        credit, typical = self._credit, self._typical
+        credit = self._credit
         if self.budget is not None and self._began is not None and self._step >= WARMUP_STEPS:
-            elapsed, spent = time.perf_counter() - self._began, self._spent
-            if self._chosen and typical is not None:
-                spent = max(spent, min(elapsed - typical, spent + 4 * typical))
-            own = elapsed - spent if typical is None else min(elapsed - spent, 2 * typical)
-            earned = self.budget * own
-            credit = min(credit + earned - spent, earned)
+            credit = self._charge(time.perf_counter() - self._began)[2]
         chosen = self._rule(step, credit)
         self._decided = (step, chosen)
         return chosen
@@ -123,28 +118,35 @@ class Budget:
         elapsed = time.perf_counter() - self._began
         self._began = None
         self.total += elapsed
-        spent, typical = self._spent, self._typical
-        if self._chosen and typical is not None:
-            # what a measured step took beyond a step left alone is its cost too, timed or not: hooks traced into
-            # a compiled graph, torch's slower path for hooked modules (a pause after it, an eval loop, say,
-            # counts as no more than four typical steps)
-            spent = max(spent, min(elapsed - typical, spent + 4 * typical))
+        spent, own, credit = self._charge(elapsed)
         if self._chosen and self._step >= WARMUP_STEPS:
             self.measured[0] += 1
             self.measured[1] += spent
         elif not self._chosen:
             self.skipped[0] += 1
             self.skipped[1] += elapsed
-        own = elapsed - spent if typical is None else min(elapsed - spent, 2 * typical)
         if not self._chosen:
-            self._typical = own if typical is None else 0.9 * typical + 0.1 * own
+            self._typical = own if self._typical is None else 0.9 * self._typical + 0.1 * own
         if self.budget is not None and self._step >= WARMUP_STEPS:  # the warm-up is free
-            # earn a share of the step's own time, spend what hookscope took; a cheap stretch is not banked
-            earned = self.budget * own
-            self._credit = min(self._credit + earned - spent, earned)
+            self._credit = credit
         self.own += spent
         self.largest = max(self.largest, spent)
         self._spent = 0.0
+
+    def _charge(self, elapsed: float) -> tuple[float, float, float]:
+        """The open step, `elapsed` seconds after it began: what hookscope cost in it, its own time, and the credit
+        left once it is settled."""
+        spent, typical = self._spent, self._typical
+        if self._chosen and typical is not None:
+            # what a measured step took beyond a step left alone is its cost too, timed or not: hooks traced into
+            # a compiled graph, torch's slower path for hooked modules (a pause after it, an eval loop, say,
+            # counts as no more than four typical steps)
+            spent = max(spent, min(elapsed - typical, spent + 4 * typical))
+        # a pause between steps counts as no more than two typical steps
+        own = elapsed - spent if typical is None else min(elapsed - spent, 2 * typical)
+        # earn a share of the step's own time, spend what hookscope took; a cheap stretch is not banked
+        earned = (self.budget or 0.0) * own
+        return spent, own, min(self._credit + earned - spent, earned)
 
     def summary(self) -> dict[str, Any]:
         """What was measured, for `WatchResults.meta["measured"]` (JSON): the steps that began, the budget (or
