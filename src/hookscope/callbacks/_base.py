@@ -13,9 +13,10 @@ import torch.nn as nn
 from .._check import NON_EMPTY, checked, hint_for
 from .._torch import queue_after_backward
 from ..hooks import HookHandle, register_module_hook, register_optimizer_hook
+from ..hooks._calls import Eager
 from ..hooks._guards import check_hookable
 from ..hooks._tree import tensor_leaves
-from ._steps import eager, uncounted
+from ._steps import uncounted
 
 __all__ = ["Callback", "LoopDriver"]
 
@@ -139,9 +140,9 @@ class LoopDriver:
     def _register(self, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
         tags = ("LoopDriver",)
         add = self._handles.append
-        add(register_module_hook(model, "forward_pre", eager(self._forward_pre), owner=self, tags=tags, prepend=True))
+        add(register_module_hook(model, "forward_pre", Eager(self._forward_pre), owner=self, tags=tags, prepend=True))
         if self._wants_backward:
-            self._backward_hook = register_module_hook(model, "forward", eager(self._forward), owner=self, tags=tags)
+            self._backward_hook = register_module_hook(model, "forward", Eager(self._forward), owner=self, tags=tags)
             add(self._backward_hook)
         if optimizer is not None:
             self.add_optimizer(optimizer)

@@ -45,13 +45,7 @@ from .._torch import graph_task_id
 from ..hooks import HookHandle, register_module_hook
 from ..hooks._calls import Eager, HookErrors
 
-__all__ = ["ForwardFrames", "Frame", "eager", "in_backward", "uncounted"]
-
-
-def eager(method: Callable[..., None]) -> Callable[..., None]:
-    """`method` run as is by `torch.compile`, before or after the compiled graph: tracing the bookkeeping of steps
-    would break the graph or recompile it at every batch (`hookscope.hooks._calls.Eager`)."""
-    return Eager(method)
+__all__ = ["ForwardFrames", "Frame", "in_backward", "uncounted"]
 
 
 def in_backward() -> bool:
@@ -127,10 +121,10 @@ class ForwardFrames:
         """Place the two hooks on `model`; return their handles."""
         self._root = weakref.ref(model)
         enter = register_module_hook(
-            model, "forward_pre", eager(self._enter), owner=owner, tags=tags, prepend=True, errors=errors
+            model, "forward_pre", Eager(self._enter), owner=owner, tags=tags, prepend=True, errors=errors
         )
         leave = register_module_hook(
-            model, "forward", eager(self._leave), owner=owner, tags=tags, always_call=True, errors=errors
+            model, "forward", Eager(self._leave), owner=owner, tags=tags, always_call=True, errors=errors
         )
         return [enter, leave]
 
