@@ -27,7 +27,7 @@ from ..stats._record_table import RecordTable
 from ..stats._sample import Sampler
 from ..stats._spec import Spec
 from ._activation_state import STATE
-from ._budget import Budget
+from ._budget import Budget, check_budget
 from ._hook_callback import HookCallback, HookFunction
 from ._steps import ForwardFrames, Frame, uncounted
 
@@ -122,12 +122,7 @@ class ActivationStats(HookCallback):
         budget: float | None = 0.03,
     ) -> None:
         super().__init__(modules, every, remove_end, True, detach, cpu, include_paramless)
-        if budget is not None and not 0 < budget < 1:  # its type is checked (`@checked`)
-            raise ValueError(
-                f"budget must be a fraction of the step time in (0, 1), such as 0.03, or None (every batch), got "
-                f"{budget!r}"
-            )
-        self.budget = None if budget is None else float(budget)
+        self.budget = check_budget(budget, "every batch")
         self.hist_range = check_range("hist_range", hist_range)
         self.hist_bins = check_bins("hist_bins", hist_bins, automatic=self.hist_range is None)
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:

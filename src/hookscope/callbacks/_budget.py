@@ -24,10 +24,24 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["WARMUP_STEPS", "Budget"]
+__all__ = ["WARMUP_STEPS", "Budget", "check_budget"]
 
 WARMUP_STEPS = 16
 """Steps measured at the start of a budgeted run, whatever they cost."""
+
+
+def check_budget(budget: float | None, none_means: str) -> float | None:
+    """`budget` as a float, or `None` (which means `none_means`, for the message).
+
+    Raises:
+        ValueError: `budget` is not a fraction in (0, 1).
+    """
+    if budget is not None and not (isinstance(budget, (int, float)) and 0 < budget < 1):
+        raise ValueError(
+            f"budget must be a fraction of the step time in (0, 1), such as 0.03, or None ({none_means}), got "
+            f"{budget!r}"
+        )
+    return None if budget is None else float(budget)
 
 
 class Budget:

@@ -16,6 +16,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import torch
 import torch.nn as nn
 
+from ..callbacks._budget import check_budget
 from ..hooks._select import Selector
 from ..stats._histogram import check_bins, check_range
 from ._sinks import Sink
@@ -76,12 +77,7 @@ class WatchOptions:
             _positive("every", self.every)
         if self.max_steps is not None:
             _positive("max_steps", self.max_steps, " or None (the run's length is not known)")
-        budget = self.budget
-        if budget is not None and not (isinstance(budget, (int, float)) and 0 < budget < 1):
-            raise ValueError(
-                f"budget must be a fraction of the step time in (0, 1), such as 0.03, or None (measure every "
-                f"`every`-th step), got {budget!r}"
-            )
+        budget = check_budget(self.budget, "measure every `every`-th step")
         _positive("buffer_steps", self.buffer_steps)
         _positive("hist_bins", self.hist_bins)
         _positive("doctor_every", self.doctor_every)
@@ -100,7 +96,7 @@ class WatchOptions:
         normal |= {"near_zero": float(near_zero), "train_only": bool(self.train_only), "exact": bool(self.exact)}
         checks = self.check_nonfinite
         normal |= {"check_nonfinite": None if checks is None else bool(checks), "doctor": bool(self.doctor)}
-        normal |= {"budget": None if budget is None else float(budget)}
+        normal |= {"budget": budget}
         for name, value in normal.items():
             object.__setattr__(self, name, value)  # frozen: normalised once, here
 
