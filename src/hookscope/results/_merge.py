@@ -1,20 +1,19 @@
 """Merge the `WatchResults` of several ranks into one: exact where the statistics allow it, labelled where not.
 
 How each part combines, step by step (steps are unioned; a rank that did not record a step adds nothing to it):
-activations as the engine's records (`hookscope.stats`: Chan's formulas, min/max, counts summed), so a 2-rank run
-on two halves of a batch gives what one process gives on the whole batch. Output-gradient norms combine as the
-root of summed squares (the ranks hold different samples), divided by the world size by default: DDP and FSDP
-average gradients, so this is the gradient of the loss they optimize, the mean of the ranks' losses. Parameter
-gradients and update ratios after DDP's all-reduce are the same on every rank and are taken once (checked: steps
-where ranks differ become NaN, counted in `dropped` and listed in `meta["distributed"]`); FSDP2 shard norms
-combine as the root of summed squares. Histograms are re-binned exactly to the widest range of any rank and
-summed (a fixed `hist_range` must be the same on every rank). Losses are averaged over ranks, those of every
-logged step (`logged_steps`) too, over the ranks that logged one. Attention: the max
-logit is the largest of any rank, entropy, sink and the sampled fraction are averaged over the ranks that measured
-(equal batches); the residual stream's largest magnitude is the largest of any rank (with that rank's channel and
-token), its median the mean of the ranks'; the optimizer series are the mean of the ranks' (equal on replicas after
-DDP's all-reduce; shard-local under FSDP2). The sequence is `hookscope.distributed.merge_parts`'s, shared with
-every merge.
+activations as the engine's records (`hookscope.stats`: Chan's formulas, min/max, counts summed), so a 2-rank run on
+two halves of a batch gives what one process gives on the whole batch. Output-gradient norms combine as the root of
+summed squares (the ranks hold different samples), divided by the world size by default: DDP and FSDP average
+gradients, so this is the gradient of the loss they optimize, the mean of the ranks' losses. Parameter gradients and
+update ratios after DDP's all-reduce are the same on every rank and are taken once (checked: steps where ranks
+differ become NaN, counted in `dropped` and listed in `meta["distributed"]`); FSDP2 shard norms combine as the root
+of summed squares. Histograms are re-binned exactly to the widest range of any rank and summed (a fixed `hist_range`
+must be the same on every rank). Losses, those of every logged step (`logged_steps`) too, are averaged over the
+ranks that logged one. Attention: the max logit is the largest of any rank, entropy, sink and the sampled fraction
+are averaged over the ranks that measured (equal batches); the residual stream's largest magnitude is the largest of
+any rank (with that rank's channel and token), its median the mean of the ranks'; the optimizer series are the mean
+of the ranks' (equal on replicas after DDP's all-reduce; shard-local under FSDP2). The sequence is
+`hookscope.distributed.merge_parts`'s, shared with every merge.
 """
 
 from __future__ import annotations
@@ -333,6 +332,12 @@ def _series(table: torch.Tensor, names: list[str], stats: Sequence[str]) -> dict
     return {name: {stat: table[:, j, k].double() for k, stat in enumerate(stats)} for j, name in enumerate(names)}
 
 
+def _mean_of_logged(losses: torch.Tensor, logged: torch.Tensor) -> torch.Tensor:
+    """(ranks, L) losses -> (L,): the mean over the ranks that logged one (a non-finite one stays so); NaN where no
+    rank logged one (0/0)."""
+    return torch.where(logged, losses, 0.0).sum(0).div(logged.sum(0))
+
+
 def _root_sum_squares(block: torch.Tensor, divide: float = 1.0) -> torch.Tensor:
     """(ranks, S, N, 2) norms and non-finite counts -> (S, N, 2): root of summed squares, summed counts."""
     seen = ~block[..., 1].isnan()
@@ -370,15 +375,12 @@ def _assemble(
     merged.residual = _series(_merge_residual(tables["residual"]), layout.residual, RESIDUAL_STATS)
     merged.optimizer = _series(tables["optimizer"].nanmean(0), layout.optimizer, OPTIMIZER_STATS)
     if layout.has_losses:
-        # the mean over the ranks that logged one (a non-finite one stays so); 0/0 = NaN: no rank logged one
         logged = tables["loss_counts"] > 0
-        merged.losses = torch.where(logged, tables["losses"], 0.0).sum(0).div(logged.sum(0))
+        merged.losses = _mean_of_logged(tables["losses"], logged)
         merged.loss_counts = logged.sum(0).double()
     if layout.logged:
-        # the mean over the ranks that logged the step's loss (a non-finite one stays so)
-        seen = tables["logged_seen"] > 0
         merged.logged_steps = torch.tensor(layout.logged, dtype=torch.int64)
-        merged.logged_losses = torch.where(seen, tables["logged_losses"], 0.0).sum(0).div(seen.sum(0))
+        merged.logged_losses = _mean_of_logged(tables["logged_losses"], tables["logged_seen"] > 0)
     for j, (path, exponent) in enumerate(layout.hists.items()):
         merged.histograms[path] = tables["hists"][:, j].clone()
         if layout.hist_range is None:
