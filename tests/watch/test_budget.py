@@ -391,3 +391,23 @@ def test_a_watch_attached_again_leaves_steps_alone_again(monkeypatch: pytest.Mon
                 last = ours_on(model), ours_on(model[0])
         assert last == (1, 0)  # the next step is left alone: only the driver's forward pre-hook on the model
         assert ours_on(model) == ours_on(model[0]) == 0  # detached
+
+
+def test_closing_a_step_after_it_ended_is_that_steps_cost_and_the_warm_ups_are_free(clock: FakeClock) -> None:
+    budget, measured = Budget(0.03, every=1), []
+    for step in range(400):
+        if budget.begin(step):
+            measured.append(step)
+        clock.now += 1e-3  # the step
+        budget.end()
+        if step in measured:  # its row is closed when the next step begins: 30 ms in the warm-up, 5 ms after it
+            closing = 30e-3 if step < WARMUP_STEPS else 5e-3
+            budget.add_own(closing)
+            clock.now += closing
+    budget.settle()
+    later = [s for s in measured if s > WARMUP_STEPS]
+    assert later[0] == WARMUP_STEPS + 1  # the warm-up's last closing (30 ms) delays nothing: it is free
+    gaps = {b - a for a, b in itertools.pairwise(later)}
+    assert min(gaps) >= 150  # 5 ms paid back at 3 % of 1 ms a step: about 167 steps, whatever the next step was
+    assert budget.summary()["after_warmup"]["seconds"] == pytest.approx(5e-3 * len(later))
+    assert budget.total == pytest.approx(400e-3)  # the closings are no step's time

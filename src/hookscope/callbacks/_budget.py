@@ -90,9 +90,10 @@ class Budget:
         measured (asked again for the same step, the same answer; decided beforehand by `decide`, that answer)."""
         if step == self._step:
             return self._chosen
-        decided = self._decided
+        decided, ended, closing = self._decided, self._ended, self._spent
         self.settle()
-        self._began = self._ended if self._ended is not None else time.perf_counter()
+        # after `end`, the next step's time runs from there, less what hookscope did meanwhile (closing the step)
+        self._began = time.perf_counter() if ended is None else ended + closing
         self._ended, self._step = None, step
         self.steps += 1
         self._chosen = decided[1] if decided[0] == step else self._rule(step, self._credit)
@@ -101,7 +102,8 @@ class Budget:
     def end(self) -> None:
         """The open step is done (its optimizer step ran): settle it now, and count the next step's time from here
         (not from when it begins), so that steps whose start is seen at different points (a forward, an optimizer
-        step) are timed alike."""
+        step) are timed alike. What hookscope does until the next step begins (closing this step's row) is still
+        this step's cost."""
         if self._began is not None:
             self.settle()
             self._ended = time.perf_counter()
@@ -128,6 +130,8 @@ class Budget:
     def settle(self) -> None:
         """The open step ended (the next one begins, or the run ends): count its time and hookscope's share."""
         if self._began is None:
+            if self._ended is not None:
+                self._charge_closing()
             return
         elapsed = time.perf_counter() - self._began
         self._began = None
@@ -146,6 +150,15 @@ class Budget:
         self.own += spent
         self.largest = max(self.largest, spent)
         self._spent = 0.0
+
+    def _charge_closing(self) -> None:
+        """Charge what hookscope did since the last step `end`ed (closing its row) to that step."""
+        closing, self._spent = self._spent, 0.0
+        self.own += closing
+        if self._chosen and self._step >= WARMUP_STEPS:
+            self.measured[1] += closing
+        if self.budget is not None and self._step >= WARMUP_STEPS:  # the warm-up is free
+            self._credit -= closing
 
     def _charge(self, elapsed: float) -> tuple[float, float, float]:
         """The open step, `elapsed` seconds after it began: what hookscope cost in it, its own time, and the credit
