@@ -155,6 +155,7 @@ class Budget:
         """Charge what hookscope did since the last step `end`ed (closing its row) to that step."""
         closing, self._spent = self._spent, 0.0
         self.own += closing
+        self.largest = max(self.largest, closing)
         if self._chosen and self._step >= WARMUP_STEPS:
             self.measured[1] += closing
         if self.budget is not None and self._step >= WARMUP_STEPS:  # the warm-up is free
