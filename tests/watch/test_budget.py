@@ -411,3 +411,21 @@ def test_closing_a_step_after_it_ended_is_that_steps_cost_and_the_warm_ups_are_f
     assert min(gaps) >= 150  # 5 ms paid back at 3 % of 1 ms a step: about 167 steps, whatever the next step was
     assert budget.summary()["after_warmup"]["seconds"] == pytest.approx(5e-3 * len(later))
     assert budget.total == pytest.approx(400e-3)  # the closings are no step's time
+
+
+def test_a_step_slowed_by_the_measured_step_before_it_is_the_measurings_cost(clock: FakeClock) -> None:
+    budget, measured = Budget(0.03, every=1), []
+    for step in range(1000):
+        if budget.begin(step):
+            measured.append(step)
+            budget.add_own(1e-3)
+            clock.now += 1e-3
+        elif step - 1 in measured and step > WARMUP_STEPS + 1:
+            clock.now += 3e-3  # caches the measuring emptied, refilled: nothing hookscope times
+        clock.now += 1e-3
+        budget.end()
+    budget.settle()
+    later = [s for s in measured if s > WARMUP_STEPS]
+    # 1 ms measured and 3 ms in the step after, paid back at 3 % of 1 ms a step: one measured step in about 133
+    assert later and all(b - a >= 125 for a, b in itertools.pairwise(later))
+    assert budget.summary()["after_warmup"]["seconds"] == pytest.approx(4e-3 * len(later), rel=0.01)

@@ -65,6 +65,7 @@ class Budget:
         self.largest = 0.0  # the most hookscope took in one step (a flush of many steps' rows, say)
         self._step = -1  # the step last decided
         self._chosen = False  # whether it is measured
+        self._follows = False  # whether the step before it was measured (it may be slower for it: caches refilled)
         self._credit = 0.0  # the token bucket: seconds hookscope may still spend
         self._spent = 0.0  # own seconds since the last step began
         self._began: float | None = None  # when the open step began (perf_counter)
@@ -96,6 +97,7 @@ class Budget:
         self._began = time.perf_counter() if ended is None else ended + closing
         self._ended, self._step = None, step
         self.steps += 1
+        self._follows = self._chosen
         self._chosen = decided[1] if decided[0] == step else self._rule(step, self._credit)
         return self._chosen
 
@@ -137,14 +139,14 @@ class Budget:
         self._began = None
         self.total += elapsed
         spent, own, credit = self._charge(elapsed)
-        if self._chosen and self._step >= WARMUP_STEPS:
-            self.measured[0] += 1
+        if self._step >= WARMUP_STEPS and (self._chosen or self._follows):
+            self.measured[0] += 1 if self._chosen else 0
             self.measured[1] += spent
-        elif not self._chosen:
+        if not self._chosen:
             self.skipped[0] += 1
             self.skipped[1] += elapsed
-        if not self._chosen:
-            self._typical = own if self._typical is None else 0.9 * self._typical + 0.1 * own
+            if self._typical is None or not self._follows:  # the first one teaches it whatever came before
+                self._typical = own if self._typical is None else 0.9 * self._typical + 0.1 * own
         if self.budget is not None and self._step >= WARMUP_STEPS:  # the warm-up is free
             self._credit = credit
         self.own += spent
@@ -165,10 +167,10 @@ class Budget:
         """The open step, `elapsed` seconds after it began: what hookscope cost in it, its own time, and the credit
         left once it is settled."""
         spent, typical = self._spent, self._typical
-        if self._chosen and typical is not None:
-            # what a measured step took beyond a step left alone is its cost too, timed or not: hooks traced into
-            # a compiled graph, torch's slower path for hooked modules (a pause after it, an eval loop, say,
-            # counts as no more than four typical steps)
+        if (self._chosen or self._follows) and typical is not None:
+            # what a measured step, and the step after it, took beyond a step left alone is the measuring's cost
+            # too, timed or not: hooks traced into a compiled graph, torch's slower path for hooked modules, caches
+            # the measuring emptied (a pause after it, an eval loop, say, counts as no more than four typical steps)
             spent = max(spent, min(elapsed - typical, spent + 4 * typical))
         # a pause between steps counts as no more than two typical steps
         own = elapsed - spent if typical is None else min(elapsed - spent, 2 * typical)
