@@ -1,4 +1,4 @@
-"""Pausing a module hook: off the module (torch's fast path) while it stays registered, then back on."""
+"""Pausing a module or optimizer hook: off its target (torch's fast path) while it stays registered, then back on."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 
 from hookscope._torch import module_hooks
-from hookscope.hooks import list_hooks, register_module_hook, register_optimizer_hook
+from hookscope.hooks import list_hooks, register_module_hook, register_optimizer_hook, register_tensor_hook
 
 
 def torch_hook_count(module: nn.Module) -> int:
@@ -88,9 +88,30 @@ def test_copies_and_pickles_leave_paused_and_resumed_hooks_behind(paused: bool) 
     handle.remove()
 
 
-def test_only_module_hooks_pause() -> None:
-    optimizer = torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=0.1)
-    handle = register_optimizer_hook(optimizer, "step_post", lambda o, a, k: None)
-    with pytest.raises(TypeError, match="only module hooks can be paused, not a 'optimizer_step_post' hook"):
+def test_an_optimizer_hook_pauses_and_resumes_after_the_hooks_placed_meanwhile() -> None:
+    layer = nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(layer.parameters(), lr=0.1)
+    calls: list[str] = []
+    handle = register_optimizer_hook(optimizer, "step_pre", lambda o, a, k: calls.append("ours"))
+    optimizer.step()
+    handle.pause()
+    assert handle.is_paused
+    optimizer.step()  # torch calls nothing of ours
+    users = optimizer.register_step_pre_hook(lambda o, a, k: calls.append("user"))
+    handle.resume()
+    optimizer.step()
+    assert calls == ["ours", "user", "ours"]  # back on, after the hook placed meanwhile
+    handle.pause()
+    handle.remove()  # removing a paused hook leaves nothing behind
+    handle.resume()  # nothing happens once removed
+    optimizer.step()
+    assert calls == ["ours", "user", "ours", "user"]
+    users.remove()
+
+
+def test_only_module_and_optimizer_hooks_pause() -> None:
+    x = torch.ones(2, requires_grad=True)
+    handle = register_tensor_hook(x, lambda g: None)
+    with pytest.raises(TypeError, match="only module and optimizer hooks can be paused, not a 'tensor' hook"):
         handle.pause()
     handle.remove()

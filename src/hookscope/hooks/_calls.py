@@ -194,7 +194,7 @@ class CalledHook:
     __slots__ = ("__weakref__", "errors", "fn", "traced", "where")
 
     def __init__(self, fn: Callable[..., Any], errors: HookErrors | None, where: str) -> None:
-        self.fn = fn
+        self.fn = fn.fn if isinstance(fn, Eager) else fn  # an `Eager` hook's function, called directly
         self.traced = fn.disabled if isinstance(fn, Eager) else fn  # what a trace by torch.compile calls
         self.errors = errors
         self.where = where

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -37,14 +38,41 @@ def register_optimizer_hook(
         ValueError: `kind` is neither `"step_pre"` nor `"step_post"`.
     """
     check_callable("hook", hook, 3, "hook(optimizer, args, kwargs) -> None")
-    hook = CalledHook(hook, errors, f"optimizer {kind} hook {hook_name(hook)} on {type(optimizer).__name__}")
-    if kind == "step_pre":
-        handle = optimizer.register_step_pre_hook(hook)
-    elif kind == "step_post":
-        handle = optimizer.register_step_post_hook(hook)
-    else:
+    if kind not in _STEP_KINDS:
         raise ValueError(f"kind must be 'step_pre' or 'step_post', got {kind!r}")
-    return REGISTRY.add(f"optimizer_{kind}", [handle.remove], target=optimizer, owner=owner, tags=tags)
+    hook = CalledHook(hook, errors, f"optimizer {kind} hook {hook_name(hook)} on {type(optimizer).__name__}")
+    placement = _OptimizerPlacement(optimizer, kind, hook)
+    placement.place()
+    return REGISTRY.add(
+        f"optimizer_{kind}", [placement.lift], target=optimizer, owner=owner, tags=tags, placement=placement
+    )
+
+
+class _OptimizerPlacement:
+    """One optimizer hook's registration with torch: `place()` registers it (again, after the optimizer's hooks
+    placed meanwhile), `lift()` removes it."""
+
+    __slots__ = ("handle", "hook", "kind", "optimizer")
+
+    def __init__(self, optimizer: torch.optim.Optimizer, kind: str, hook: CalledHook) -> None:
+        self.optimizer = weakref.ref(optimizer)
+        self.kind, self.hook = kind, hook
+        self.handle: Any = None
+
+    def place(self) -> frozenset[tuple[int, int]]:
+        optimizer = self.optimizer()
+        if optimizer is None:
+            return frozenset()
+        if self.kind == "step_pre":
+            self.handle = optimizer.register_step_pre_hook(self.hook)
+        else:
+            self.handle = optimizer.register_step_post_hook(self.hook)
+        return frozenset()
+
+    def lift(self) -> None:
+        handle, self.handle = self.handle, None
+        if handle is not None:
+            handle.remove()
 
 
 @checked(kind=one_of(_STEP_KINDS))

@@ -55,9 +55,9 @@ class Placement(Protocol):
 class HookHandle:
     """A hook that hookscope placed: `remove()` is idempotent and the handle is a context manager.
 
-    A module hook can also be paused: `pause()` takes it off the module (torch no longer calls it, so a module
-    whose hooks are all paused runs torch's fast path) while it stays registered and listed; `resume()` puts it
-    back, after the hooks placed on that module meanwhile.
+    A module or optimizer hook can also be paused: `pause()` takes it off its module or optimizer (torch no longer
+    calls it, so a module whose hooks are all paused runs torch's fast path) while it stays registered and listed;
+    `resume()` puts it back, after the hooks placed on that target meanwhile.
 
     Attributes:
         id: A number unique within the process.
@@ -134,10 +134,12 @@ class HookHandle:
         paused or removed.
 
         Raises:
-            TypeError: the hook is not a module hook (only those can pause).
+            TypeError: the hook is neither a module hook nor an optimizer hook (only those can pause).
         """
         if self._placement is None:
-            raise TypeError(f"only module hooks can be paused, not a {self.kind!r} hook; remove() it instead")
+            raise TypeError(
+                f"only module and optimizer hooks can be paused, not a {self.kind!r} hook; remove() it instead"
+            )
         if not self._paused and self._removers is not None:
             self._placement.lift()
             self._paused = True
