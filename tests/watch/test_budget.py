@@ -18,6 +18,7 @@ import torch.nn as nn
 from hookscope.callbacks import _budget
 from hookscope.callbacks._budget import WARMUP_STEPS, Budget
 from hookscope.watch import watch
+from hookscope.watch._watch import Watch
 
 
 class FakeClock:
@@ -228,6 +229,9 @@ def test_while_steps_are_left_alone_one_root_hook_numbers_them(monkeypatch: pyte
     model = nn.Sequential(nn.Linear(4, 4))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     losses = []
+    starts: list[int] = []  # the optimizer steps whose start the watch was told of (its step pre-hook ran)
+    original = Watch.before_optimizer_step
+    monkeypatch.setattr(Watch, "before_optimizer_step", lambda self, o: (starts.append(len(losses)), original(self, o)))
     with watch(model, optimizer) as w:
         for step in range(5):
             optimizer.zero_grad()
@@ -244,6 +248,7 @@ def test_while_steps_are_left_alone_one_root_hook_numbers_them(monkeypatch: pyte
     assert results.losses is not None
     torch.testing.assert_close(results.losses, torch.tensor([losses[0], losses[3]], dtype=torch.float64))
     assert results.dropped["sampling_loss"] == 3
+    assert starts == [0, 3]  # the optimizer's step pre-hook is paused on the steps left alone too
 
 
 def test_attention_and_the_residual_stream_are_measured_after_steps_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -122,8 +122,8 @@ class LoopDriver:
         self.is_batch_open = False
         self.train_only = train_only
         self._handles: list[HookHandle] = []
-        self._backward_hook: HookHandle | None = None  # on the model's forward: hooks its backward (paused while
-        # `after_backward` is not followed)
+        self._inside_steps: list[HookHandle] = []  # the hooks of `after_backward` and `before_optimizer_step`
+        # (paused while the events inside a step are not followed)
         self._started: list[Callback] = []
         self._detached = False
         self._lock = threading.RLock()  # forwards from several threads begin and end batches one at a time
@@ -142,26 +142,30 @@ class LoopDriver:
         add = self._handles.append
         add(register_module_hook(model, "forward_pre", Eager(self._forward_pre), owner=self, tags=tags, prepend=True))
         if self._wants_backward:
-            self._backward_hook = register_module_hook(model, "forward", Eager(self._forward), owner=self, tags=tags)
-            add(self._backward_hook)
+            backward_hook = register_module_hook(model, "forward", Eager(self._forward), owner=self, tags=tags)
+            add(backward_hook)
+            self._inside_steps.append(backward_hook)
         if optimizer is not None:
             self.add_optimizer(optimizer)
 
-    def follow_backwards(self, follow: bool) -> None:
-        """Stop (`False`) or resume (`True`) emitting `after_backward`: its hook on the model's forward is paused
-        meanwhile, so a training step costs the driver one root hook. A callback that measures only some steps
-        (`watch()` under its budget) uses it for the steps it leaves alone; call it outside a forward of the model.
-        """
-        if self._backward_hook is not None:
+    def follow_inside_steps(self, follow: bool) -> None:
+        """Stop (`False`) or resume (`True`) emitting the events inside a step, `after_backward` and
+        `before_optimizer_step`: their hooks (on the model's forward, on the optimizer's step) are paused meanwhile,
+        so a training step costs the driver its root forward pre-hook and the optimizer's step post-hook. A callback
+        that measures only some steps (`watch()` under its budget) uses it for the steps it leaves alone; call it
+        outside a forward of the model (an optimizer's step post-hook is a place)."""
+        for handle in self._inside_steps:
             if follow:
-                self._backward_hook.resume()
+                handle.resume()
             else:
-                self._backward_hook.pause()
+                handle.pause()
 
     def add_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Emit `before/after_optimizer_step` around the steps of `optimizer` from now on."""
         tags = ("LoopDriver",)
-        self._handles.append(register_optimizer_hook(optimizer, "step_pre", self._step_pre, owner=self, tags=tags))
+        step_pre = register_optimizer_hook(optimizer, "step_pre", self._step_pre, owner=self, tags=tags)
+        self._handles.append(step_pre)
+        self._inside_steps.append(step_pre)
         self._handles.append(register_optimizer_hook(optimizer, "step_post", self._step_post, owner=self, tags=tags))
 
     def _forward_pre(self, module: nn.Module, args: Any) -> None:

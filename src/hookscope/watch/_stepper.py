@@ -116,6 +116,12 @@ class Stepper:
         """A training batch begins: open (or continue) its step; traced hooks follow the open step."""
         state = self.state
         state.batches += 1
+        if self.is_dormant:  # left alone until the next optimizer step: open its step, nothing else
+            if state.optimizer_steps != state.step or not state.is_open:
+                self._begin_step(state.optimizer_steps)
+            state.recording = state.checking_now = False
+            state.skipping = True
+            return
         self.poll_scaler()
         self._ensure_step()
         state.recording, state.checking_now = state.row >= 0, state.row < 0 and state.checking
