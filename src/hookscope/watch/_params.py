@@ -144,13 +144,12 @@ class ParamRecorder:
         if row < 0 or not self.params or "optimizer" not in self.options.groups:
             return
         found = {id(p): group for group in optimizer.param_groups for p in group["params"]}
-        settings = torch.full((len(self.params), 2), float("nan"), dtype=torch.float64)
-        for i, parameter in enumerate(self.params):
-            group = found.get(id(parameter))
-            if group is not None:
-                settings[i, 0] = _number(group.get("lr"))
-                settings[i, 1] = _number(group.get("eps"))
-        self.buffers.set_settings(row, settings)
+        nan = float("nan")
+        values = [
+            (nan, nan) if group is None else (_number(group.get("lr")), _number(group.get("eps")))
+            for group in (found.get(id(parameter)) for parameter in self.params)
+        ]
+        self.buffers.set_settings(row, torch.tensor(values, dtype=torch.float64))  # one call, not one per value
 
     def device(self) -> torch.device:
         """The device of the first watched parameter (the CPU without one)."""
