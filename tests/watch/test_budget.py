@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -224,31 +225,99 @@ def test_a_step_not_measured_runs_without_hookscope_hooks_and_the_next_measured_
     assert ours_on(model[1]) == 0  # detached: removed, paused or not
 
 
-def test_while_steps_are_left_alone_one_root_hook_numbers_them(monkeypatch: pytest.MonkeyPatch) -> None:
-    schedule(monkeypatch, {0, 3})
+def run_logging_losses(
+    monkeypatch: pytest.MonkeyPatch, order: str, steps: int, first_logged: int = 0
+) -> tuple[Any, list[float], list[tuple[int, int]], list[int]]:
+    """Train a linear layer for `steps` steps under a watch, logging each step's loss from step `first_logged` on,
+    `order` ("after" or "before") the optimizer step; return the watch, the losses, the watch's hooks on the model
+    and on the layer after each step, and the steps whose optimizer step start the watch was told of."""
+    torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 4))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    losses = []
-    starts: list[int] = []  # the optimizer steps whose start the watch was told of (its step pre-hook ran)
+    losses: list[float] = []
+    hooks: list[tuple[int, int]] = []
+    starts: list[int] = []
     original = Watch.before_optimizer_step
-    monkeypatch.setattr(Watch, "before_optimizer_step", lambda self, o: (starts.append(len(losses)), original(self, o)))
+    monkeypatch.setattr(Watch, "before_optimizer_step", lambda self, o: (starts.append(len(hooks)), original(self, o)))
     with watch(model, optimizer) as w:
-        for step in range(5):
+        for step in range(steps):
             optimizer.zero_grad()
             loss = model(torch.randn(2, 4)).square().mean()
             loss.backward()
+            if order == "before" and step >= first_logged:
+                w.log_loss(loss)
             optimizer.step()
-            w.log_loss(loss)  # logged after the optimizer step: still the loss of this step
+            if order == "after" and step >= first_logged:
+                w.log_loss(loss)
             losses.append(loss.item())
-            # after each optimizer step the next step is decided: one left alone keeps only the loop driver's
-            # forward pre-hook on the model (it numbers the steps); a measured one, the four root hooks and its own
-            assert (ours_on(model), ours_on(model[0])) == ((1, 0) if step + 1 != 3 else (4, 1)), step
+            hooks.append((ours_on(model), ours_on(model[0])))
+    return w, losses, hooks, starts
+
+
+@pytest.mark.parametrize("order", ["after", "before"])
+def test_while_steps_are_left_alone_no_hook_of_the_watch_is_on_the_model(
+    monkeypatch: pytest.MonkeyPatch, order: str
+) -> None:
+    schedule(monkeypatch, {0, 3})
+    w, losses, hooks, starts = run_logging_losses(monkeypatch, order, 5)
+    # After each optimizer step the next step is decided. A measured one: the four root hooks and the layer's. One
+    # left alone: nothing of the watch's on the model once the losses logged between two optimizer steps were seen
+    # whole (from step 0's optimizer step to step 1's) and all on one side of the optimizer step; until then, the
+    # loop driver's forward pre-hook, which opens the steps.
+    assert hooks == [(1, 0), (0, 0), (4, 1), (0, 0), (0, 0)]
+    assert starts == [0, 3]  # the optimizer's step pre-hook is paused on the steps left alone too
     results = w.results()
     assert results.steps.tolist() == [0, 3] and results.meta["measured"]["steps"] == 5
     assert results.losses is not None
     torch.testing.assert_close(results.losses, torch.tensor([losses[0], losses[3]], dtype=torch.float64))
     assert results.dropped["sampling_loss"] == 3
-    assert starts == [0, 3]  # the optimizer's step pre-hook is paused on the steps left alone too
+    assert results.logged_steps is not None and results.logged_losses is not None
+    assert results.logged_steps.tolist() == [0, 1, 2, 3, 4]  # every step's loss, in its step
+    torch.testing.assert_close(results.logged_losses, torch.tensor(losses, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("order", ["after", "before"])
+def test_losses_first_logged_while_steps_are_left_alone_are_placed_once_their_order_is_known(
+    monkeypatch: pytest.MonkeyPatch, order: str
+) -> None:
+    schedule(monkeypatch, {0, 7})
+    w, losses, hooks, _ = run_logging_losses(monkeypatch, order, 9, first_logged=3)
+    # no loss at first: the model is left alone from the second step left alone on; the first loss, logged while
+    # nothing follows the batches, waits; the batches are followed again from the next optimizer step, until the
+    # next loss says where the loop logs them
+    assert hooks[:3] == [(1, 0), (0, 0), (0, 0)] and hooks[6] == (4, 1)
+    results = w.results()
+    assert results.logged_steps is not None and results.logged_losses is not None
+    assert results.logged_steps.tolist() == list(range(3, 9))
+    torch.testing.assert_close(results.logged_losses, torch.tensor(losses[3:], dtype=torch.float64))
+    assert results.losses is not None
+    torch.testing.assert_close(results.losses[1:], torch.tensor([losses[7]], dtype=torch.float64))
+
+
+def test_a_loop_logging_losses_on_both_sides_of_the_optimizer_step_keeps_its_batches_followed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    schedule(monkeypatch, {0, 4})
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    logged: list[tuple[int, float]] = []
+    with watch(model, optimizer) as w:
+        for step in range(6):
+            for micro in range(2):  # gradient accumulation: the first micro-batch's loss before the optimizer step
+                loss = model(torch.randn(2, 4)).square().mean()
+                loss.backward()
+                if micro == 1:
+                    optimizer.step()
+                    optimizer.zero_grad()
+                w.log_loss(loss)
+                logged.append((step, loss.item()))
+            assert ours_on(model) >= 1  # never left without the driver's forward pre-hook: the order is mixed
+    results = w.results()
+    assert results.logged_steps is not None and results.logged_losses is not None
+    assert results.logged_steps.tolist() == list(range(6))
+    oracle = [sum(v for s, v in logged if s == step) / 2 for step in range(6)]
+    torch.testing.assert_close(results.logged_losses, torch.tensor(oracle, dtype=torch.float64))
 
 
 def test_attention_and_the_residual_stream_are_measured_after_steps_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -387,14 +456,18 @@ def test_a_watch_attached_again_leaves_steps_alone_again(monkeypatch: pytest.Mon
     model = nn.Sequential(nn.Linear(3, 3))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     w = watch(model, optimizer)
-    for _ in range(2):  # attached, detached, attached again
+    expected = [[(4, 1), (0, 0), (0, 0)], [(1, 0), (0, 0), (0, 0)]]
+    for attachment in range(2):  # attached, detached, attached again
+        hooks = []
         with w:
             for _ in range(3):
                 optimizer.zero_grad()
                 model(torch.randn(2, 3)).sum().backward()
                 optimizer.step()
-                last = ours_on(model), ours_on(model[0])
-        assert last == (1, 0)  # the next step is left alone: only the driver's forward pre-hook on the model
+                hooks.append((ours_on(model), ours_on(model[0])))
+        # after the optimizer step, the next step's hooks: measured (step 1), or left alone: followed by the driver's
+        # forward pre-hook until the steps between two optimizer steps were seen whole once, then nothing at all
+        assert hooks == expected[attachment], attachment
         assert ours_on(model) == ours_on(model[0]) == 0  # detached
 
 

@@ -140,7 +140,10 @@ class LoopDriver:
     def _register(self, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
         tags = ("LoopDriver",)
         add = self._handles.append
-        add(register_module_hook(model, "forward_pre", Eager(self._forward_pre), owner=self, tags=tags, prepend=True))
+        self._batch_hook = register_module_hook(
+            model, "forward_pre", Eager(self._forward_pre), owner=self, tags=tags, prepend=True
+        )
+        add(self._batch_hook)
         if self._wants_backward:
             backward_hook = register_module_hook(model, "forward", Eager(self._forward), owner=self, tags=tags)
             add(backward_hook)
@@ -159,6 +162,15 @@ class LoopDriver:
                 handle.resume()
             else:
                 handle.pause()
+
+    def follow_batches(self, follow: bool) -> None:
+        """Stop (`False`) or resume (`True`) beginning and ending training batches: the forward pre-hook on the
+        model is paused meanwhile. A callback that leaves some steps alone and knows where they begin (`watch()`,
+        at the optimizer's step) uses it; the batch open when it stops ends at the next forward once resumed."""
+        if follow:
+            self._batch_hook.resume()
+        else:
+            self._batch_hook.pause()
 
     def add_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Emit `before/after_optimizer_step` around the steps of `optimizer` from now on."""

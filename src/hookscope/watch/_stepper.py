@@ -77,10 +77,17 @@ class Stepper:
         self._doctor: Any = None
         self._doctor_at = 0
         self._has_doctor = options.doctor
-        self.dormancy: Callable[[bool], bool] | None = None  # the watch's: leave the model alone until the next
-        # optimizer step (`True`) or follow it again (`False`), returning whether it does; set when its own loop
-        # driver drives it
+        self.dormancy: Callable[[bool, bool], bool] | None = None  # the watch's: leave the model alone until the
+        # next optimizer step (`True`; the second argument: still follow its batches) or follow it again
+        # (`False`), returning whether it is left alone; set when its own loop driver drives it
         self.is_dormant = False  # the model is left alone until the next optimizer step
+        self.follows_batches = True  # the loop driver's forward pre-hook opens the steps (off only while dormant)
+        self._loss_order: str | None = None  # where losses are logged: "after" or "before" their step's optimizer
+        # step, or "mixed"; learned while batches are followed, so that their steps are known without following them
+        self._unplaced: list[tuple[int, torch.Tensor]] = []  # losses logged while batches were not followed and
+        # their order was not known yet: (optimizer steps done then, value)
+        self._seen_whole = False  # every loss logged between two optimizer steps was seen at least once
+        self._followed_since = False  # the batches are followed since the last optimizer step
         self._checks_skipped = options.checks_skipped_steps
 
     # ---- what the stepper follows ----------------------------------------------------------------------------
@@ -89,7 +96,8 @@ class Stepper:
         if self.recorder is not None and recorder is not self.recorder:
             self.store = SeriesStore(self.options.capacity, self.options.cadence)
         self.recorder = recorder
-        self.is_dormant = False  # the hooks of a new attachment are all on the model
+        self.is_dormant, self.follows_batches = False, True  # the hooks of a new attachment are all on the model
+        self._loss_order, self._seen_whole, self._followed_since = None, False, False  # perhaps another loop
         self._model = weakref.ref(model)
         self._optimizer = None if optimizer is None else weakref.ref(optimizer)
 
@@ -171,6 +179,9 @@ class Stepper:
         recorder = self.recorder
         if recorder is None or not self.is_ours(optimizer):
             return
+        if not self.follows_batches:
+            self._step_left_alone_ended()
+            return
         self.state.in_optimizer_step = False
         if self.state.row >= 0 or recorder.params.is_snapshot_pending:
             with self.budget.timed():
@@ -180,12 +191,47 @@ class Stepper:
         if self.scaler is not None:
             self.scaler.stepped = True
         elif self.dormancy is not None and not self._checks_skipped:
-            # the step is done: decide the next one now, and leave the model alone until then if it is not measured
             self.budget.end()  # steps are timed from one optimizer step to the next
-            dormant = not self.budget.decide(self.state.optimizer_steps)
-            if dormant != self.is_dormant:
-                with self.budget.timed():
-                    self.is_dormant = self.dormancy(dormant)
+            self._decide_next_step()
+
+    def _step_left_alone_ended(self) -> None:
+        """The optimizer step of a step whose batches were not followed ended: that step is counted (it began
+        when the step before it ended), and the next one decided."""
+        state, budget = self.state, self.budget
+        step = state.optimizer_steps
+        self.end_step()  # the measured step before it, still open for a loss logged after its optimizer step
+        budget.begin(step)
+        state.batches += 1  # not seen: one batch a step
+        state.optimizer_steps = step + 1
+        budget.end()
+        if self.losses.is_full:
+            with budget.timed():
+                self.losses.take()
+        self._decide_next_step()
+
+    def _decide_next_step(self) -> None:
+        """The step is done: decide the next one now, and leave the model alone until then if it is not measured.
+        Where the loop's losses are known to be logged on one side of the optimizer step, its batches are not
+        followed either (the driver's forward pre-hook is paused too), and the step a loss belongs to is set here.
+        """
+        state, followed = self.state, self.follows_batches
+        self._seen_whole = self._seen_whole or self._followed_since
+        dormant = not self.budget.decide(state.optimizer_steps)
+        # the batches stay followed until the losses logged between two optimizer steps were all seen once (so that
+        # losses on both sides of the optimizer step are found "mixed"), and in a loop that logs them on both sides
+        batches = not dormant or not self._seen_whole or self._loss_order == "mixed" or bool(self._unplaced)
+        if (dormant, batches) != (self.is_dormant, self.follows_batches):
+            with self.budget.timed():
+                self.is_dormant = self.dormancy(dormant, batches) if self.dormancy is not None else False
+            self.follows_batches = batches or not self.is_dormant
+        self._followed_since = self.follows_batches
+        if not (followed and self.follows_batches):  # no forward opened this step or will open the next one: the
+            # losses logged from now on go where their order says
+            if self._loss_order == "before":
+                self.end_step()  # its loss came before its optimizer step
+                state.step, state.is_open = state.optimizer_steps, False
+            else:
+                state.step = state.optimizer_steps - 1
 
     def frame_began(self, frame: Frame) -> None:
         """A root forward that is not part of a step began: traced (compiled) hooks record nothing during it."""
@@ -214,12 +260,30 @@ class Stepper:
         recorder, state = self.recorder, self.state
         if recorder is None:
             return
+        value = loss.detach().double().mean() if isinstance(loss, torch.Tensor) else torch.tensor(float(loss))
+        if not self.follows_batches and self._loss_order is None:
+            self._unplaced.append((state.optimizer_steps, value))  # placed once the order is learned
+            return
         if state.step < 0:
             recorder.drop("outside_step")
             return
-        value = loss.detach().double().mean() if isinstance(loss, torch.Tensor) else torch.tensor(float(loss))
+        if self.follows_batches and self._optimizer is not None:
+            self._learn_loss_order(state.optimizer_steps > state.step)
         self.losses.add(state.step, value)
         recorder.add_loss(value)
+
+    def _learn_loss_order(self, after: bool) -> None:
+        """A loss of the open step was logged `after` its optimizer step (or before it): learn the loop's order,
+        and place the losses logged while it was not known (a loss logged between the optimizer steps of steps
+        `t - 1` and `t` is step `t - 1`'s when losses come after, step `t`'s when they come before)."""
+        order = "after" if after else "before"
+        if self._loss_order is None:
+            self._loss_order = order
+            for steps_done, value in self._unplaced:
+                self.losses.add(steps_done - 1 if after else steps_done, value)
+            self._unplaced = []
+        elif self._loss_order != order:
+            self._loss_order = "mixed"
 
     def label(self, label: str) -> None:
         """Label the open step (`"retain_graph"`: a backward went through its forward twice)."""
@@ -298,6 +362,8 @@ class Stepper:
         if error is not None:
             self._warned_unobserved = True  # a step cut short proves nothing about unobserved modules
         self.poll_scaler()
+        if self._unplaced:  # the order was never learned: as most loops do, after the optimizer step
+            self._learn_loss_order(True)
         state = self.state
         is_open = self.recorder is not None and (state.row >= 0 or state.checking)
         if is_open and self._optimizer is not None and state.optimizer_steps <= state.step:

@@ -107,12 +107,11 @@ class Watch(Callback):
             self._meta["optimizer"] = type(optimizer).__name__
             self._driver.add_optimizer(optimizer)
 
-    def _set_dormant(self, dormant: bool) -> bool:
+    def _set_dormant(self, dormant: bool, batches: bool) -> bool:
         """Between two optimizer steps of the watch's own loop: leave the model alone until the next optimizer
-        step (`True`: every hook of the watch paused but its loop driver's forward pre-hook, which numbers the
-        steps and tells which step a logged loss belongs to, and the optimizer's step post-hook, which decides the
-        next step), or follow it again (`False`); return whether the model is left alone now. A model traced by
-        `torch.compile` keeps its hooks."""
+        step (`True`: every hook of the watch paused but the optimizer's step post-hook, which decides the next
+        step, and, with `batches`, the loop driver's forward pre-hook, which opens the steps), or follow it again
+        (`False`); return whether the model is left alone now. A model traced by `torch.compile` keeps its hooks."""
         driver, recorder = self._driver, self._recorder
         if driver is None or recorder is None or self.stepper.optimizer() is None:
             return False
@@ -120,6 +119,7 @@ class Watch(Callback):
             return False
         if dormant:
             driver.follow_inside_steps(False)
+            driver.follow_batches(batches)
             recorder.set_awake(False, root=True)
             for handle in self._frame_handles:
                 handle.pause()
@@ -127,6 +127,7 @@ class Watch(Callback):
             for handle in self._frame_handles:
                 handle.resume()
             recorder.set_awake(True)
+            driver.follow_batches(True)
             driver.follow_inside_steps(True)
         return dormant
 
