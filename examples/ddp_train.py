@@ -18,9 +18,8 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
+from hookscope import merge_results, watch
 from hookscope.distributed import is_main_process
-from hookscope.results import merge_results
-from hookscope.watch import watch
 
 
 def make_blobs(n: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:

@@ -263,8 +263,8 @@ def test_the_table_covers_every_attaching_entry_point() -> None:
     """Every exported `register_*`/`add_weight_*`/`hook_output*` function and class with `attach` is listed."""
     listed = {name.split("[")[0].removesuffix(".attach") for name in ATTACHMENTS}
     exported = set()
-    for package in ("hooks", "monitors", "weights", "callbacks", "watch"):
-        namespace = importlib.import_module(f"hookscope.{package}")
+    for package in ("", ".hooks", ".monitors", ".weights", ".callbacks", ".watch"):  # "": the top level
+        namespace = importlib.import_module(f"hookscope{package}")
         for name in namespace.__all__:
             value = getattr(namespace, name)
             attaches = name.startswith(("register_", "add_weight_", "hook_output")) or hasattr(value, "attach")

@@ -132,7 +132,7 @@ def _public_classes() -> dict[str, type]:
 
 def test_every_public_load_is_a_class_loader_or_an_in_place_restore() -> None:
     with_load = {name: cls for name, cls in _public_classes().items() if hasattr(cls, "load")}
-    assert {"hookscope.reducers.StatsReducer", "hookscope.results.WatchResults"} <= set(with_load)
+    assert {"hookscope.StatsReducer", "hookscope.WatchResults"} <= set(with_load)
     for name, cls in with_load.items():
         static = inspect.getattr_static(cls, "load")
         if any(issubclass(cls, old) for old in IN_PLACE_ONLY):

@@ -2,8 +2,11 @@
 
 The top level holds what a user types in the first hour: `watch`, `summary`, `diagnose`, the fastai vocabulary,
 the weight tools, the monitor and reducer classes, saving and merging. Everything else lives in its subpackage
-(`hookscope.hooks`, `hookscope.weights`, `hookscope.doctor`, `hookscope.summary` ...). The names the first releases
-(the seed) had here and that live in a subpackage now still import from here, without a warning (`ELSEWHERE`).
+(`hookscope.hooks`, `hookscope.weights`, `hookscope.doctor`, `hookscope.summary` ...). Each public name has one
+home, the one `__all__` that lists it: a name listed here is not listed again by its subpackage (it still imports
+from there, as it always has), and each is imported here from the private module that defines it. The names the
+first releases (the seed) had here and that live in a subpackage now still import from here, without a warning
+(`ELSEWHERE`).
 """
 
 from __future__ import annotations
@@ -13,54 +16,45 @@ from typing import Any
 
 from ._errors import HookscopeWarning
 from ._version import __version__
-from .callbacks import ActivationStats, Callback, HookCallback
+from .callbacks._activation_stats import ActivationStats
+from .callbacks._base import Callback
+from .callbacks._hook_callback import HookCallback
 from .checkpoint import load_state, save_state
-from .doctor import diagnose, format_findings
-from .hooks import Hook, Hooks, hook_output, hook_outputs, list_hooks, remove_hooks, scope, select_modules
-from .monitors import (
-    DifferenceMonitor,
-    InputMonitor,
-    Monitor,
-    MonitorPool,
-    OutputGradMonitor,
-    OutputMonitor,
-    ParameterGradMonitor,
-    StateMonitor,
-)
-from .reducers import (
-    CAReducer,
-    EMAReducer,
-    HistogramReducer,
-    HistoryReducer,
-    PassthroughReducer,
-    QuantileReducer,
-    Reducer,
-    ReservoirReducer,
-    StatsReducer,
-)
-from .results import WatchResults, combine_results, merge_results
-from .summary import (
+from .doctor._diagnose import diagnose
+from .doctor._finding import format_findings
+from .hooks._fastai import Hook, Hooks, hook_output, hook_outputs
+from .hooks._listing import list_hooks, remove_hooks
+from .hooks._registry import scope
+from .hooks._select import select_modules
+from .monitors._base import Monitor
+from .monitors._forward import DifferenceMonitor, InputMonitor, OutputMonitor, StateMonitor
+from .monitors._grad import OutputGradMonitor, ParameterGradMonitor
+from .monitors._pool import MonitorPool
+from .reducers._average import CAReducer, EMAReducer
+from .reducers._base import Reducer
+from .reducers._histogram import HistogramReducer
+from .reducers._history import HistoryReducer, PassthroughReducer
+from .reducers._sample import QuantileReducer, ReservoirReducer
+from .reducers._stats import StatsReducer
+from .results._merge import combine_results, merge_results
+from .results._results import WatchResults
+from .summary._api import summary
+from .summary._probes import (
     dummy_eval,
     has_params,
     layer_info,
     model_sizes,
     module_summary,
     num_features_model,
-    summary,
     total_params,
 )
-from .watch import Watch, watch
-from .weights import (
-    add_weight_change_monitor_hook,
-    add_weight_distribution_monitor,
-    add_weight_norm_constraint_hook,
-    add_weight_update_monitor_hook,
-    analyze_weight_updates,
-    compute_weight_changes,
-    detect_weight_symmetry_breaking,
-    print_weight_summary,
-    restore_optimizer_step,
-)
+from .watch._api import watch
+from .watch._watch import Watch
+from .weights._change import add_weight_change_monitor_hook, add_weight_distribution_monitor, compute_weight_changes
+from .weights._constrain import add_weight_norm_constraint_hook
+from .weights._detect import detect_weight_symmetry_breaking
+from .weights._summary import print_weight_summary
+from .weights._updates import add_weight_update_monitor_hook, analyze_weight_updates, restore_optimizer_step
 
 __all__ = [
     "ActivationStats",

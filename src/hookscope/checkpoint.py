@@ -22,7 +22,7 @@ from ._check import checked
 from ._io import load_bundle, save_bundle
 from ._schema import SchemaError, found
 
-__all__ = ["from_file", "load_state", "save_state"]
+__all__ = ["from_file"]  # save_state, load_state: their home is the top level (`from hookscope import save_state`)
 
 _KIND = "state"
 

@@ -34,7 +34,7 @@ import torch.nn as nn
 from ._check import NON_NEGATIVE, TIMEOUT, Want, checked, one_of
 from ._errors import MergeWarning
 from .hooks import normalize_path
-from .reducers import StatsReducer
+from .reducers._stats import StatsReducer
 from .stats._dtensor import is_sharded as sharded_dtensor
 from .stats._dtensor import local_part
 from .stats._norms import NORM, combine_norm_segments, norm_of, root_sum_squares

@@ -64,7 +64,7 @@ class Callback:
 
         Example:
             >>> import torch, torch.nn as nn
-            >>> from hookscope.callbacks import Callback
+            >>> from hookscope import Callback
             >>> class Count(Callback):
             ...     batches = 0
             ...     def on_batch_start(self, batch): self.batches += 1

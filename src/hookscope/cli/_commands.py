@@ -32,7 +32,7 @@ def run_demo_command(args: argparse.Namespace) -> int:
 
 def run_summary_command(args: argparse.Namespace) -> int:
     """`hookscope summary TARGET [--input-shape ...] [--dtype ...]`: print the model's full summary."""
-    from ..summary import summary
+    from ..summary._api import summary
     from ._target import load_target, parse_columns, parse_dtypes, parse_shapes
 
     shapes = parse_shapes(args.input_shape) if args.input_shape is not None else None

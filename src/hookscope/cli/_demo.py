@@ -17,7 +17,8 @@ __all__ = ["run_demo"]
 
 def run_demo(out: Path, epochs: int, fault: str | None, console: Any) -> int:
     """Run the demo, print it to `console` (a rich Console), write the report into `out`; return 0."""
-    from ..doctor import diagnose, format_findings
+    from ..doctor._diagnose import diagnose
+    from ..doctor._finding import format_findings
     from ..report import write_report
 
     started = time.perf_counter()
@@ -44,7 +45,7 @@ def _train(config: DemoConfig, console: Any) -> tuple[DemoRun, Any]:
     """Train under a progress bar; print the model's summary before the first batch."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from ..summary import summary
+    from ..summary._api import summary
 
     summaries: list[Any] = []
 

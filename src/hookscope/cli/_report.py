@@ -14,7 +14,7 @@ from ..report import remove_report, render_report, save_report_data
 from ..report._data import DOCUMENT_FILE
 from ..report._escape import safe_filename
 from ..report._write import write_index
-from ..results import WatchResults
+from ..results._results import WatchResults
 from ._errors import require_extra
 from ._session import RunSession, WatchedModel
 
@@ -80,7 +80,8 @@ def remove_previous(out: Path) -> None:
 
 
 def _save_one(folder: Path, entry: WatchedModel, meta: dict[str, Any], notes: list[str]) -> Path:
-    from ..doctor import diagnose, format_findings
+    from ..doctor._diagnose import diagnose
+    from ..doctor._finding import format_findings
 
     results = entry.watcher.results()
     findings, summary = None, None
@@ -93,7 +94,7 @@ def _save_one(folder: Path, entry: WatchedModel, meta: dict[str, Any], notes: li
         extra.append(f"the diagnosis failed: {err}")
     if entry.first_args:
         try:
-            from ..summary import summary as summarize
+            from ..summary._api import summary as summarize
 
             summary = summarize(model, *entry.first_args)
         except Exception as err:

@@ -38,7 +38,8 @@ from ..callbacks._steps import uncounted
 from ..hooks import HookHandle, register_global_module_hook, register_global_optimizer_hook
 from ..hooks._calls import default_strict
 from ..hooks._tree import tensor_leaves
-from ..watch import Watch, watch
+from ..watch._api import watch
+from ..watch._watch import Watch
 
 __all__ = ["RunSession", "WatchedModel"]
 

@@ -11,12 +11,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..callbacks import ActivationStats
+from ..callbacks._activation_stats import ActivationStats
 from ..hooks._select import has_own_params
-from ..results import WatchResults
-from ..watch import watch
+from ..results._results import WatchResults
+from ..watch._api import watch
 from ..watch._watch import ACTIVATION_TYPES
-from ..weights import add_weight_update_monitor_hook
+from ..weights._updates import add_weight_update_monitor_hook
 from ._data import load_digits_split
 from ._model import DigitsCNN, UnsafeSqrt, apply_fault
 

@@ -15,8 +15,12 @@ warns about) each finding once: it is what `watch(..., doctor=True)` drives. Not
 touches a device: it reads CPU tensors already collected.
 """
 
-from ._diagnose import Check, diagnose, list_checks, register_check, unregister_check
-from ._finding import DiagnosisWarning, Finding, Findings, format_findings
+# `name as name`: a name of the top level, whose one home is `hookscope` (see its `__init__`); it imports from
+# here too, as it always has, and this package's `__all__` does not list it again.
+from ._diagnose import Check, list_checks, register_check, unregister_check
+from ._diagnose import diagnose as diagnose
+from ._finding import DiagnosisWarning, Finding, Findings
+from ._finding import format_findings as format_findings
 from ._live import LiveDoctor
 from ._thresholds import Thresholds
 
@@ -27,8 +31,6 @@ __all__ = [
     "Findings",
     "LiveDoctor",
     "Thresholds",
-    "diagnose",
-    "format_findings",
     "list_checks",
     "register_check",
     "unregister_check",

@@ -7,7 +7,7 @@ from typing import Any, TypeAlias
 
 from .._check import checked
 from .._errors import closest_names
-from ..results import WatchResults
+from ..results._results import WatchResults
 from ._finding import SEVERITIES, Finding, Findings, Severity, rank_findings, severity_rank
 from ._gradients import check_exploding_gradients, check_vanishing_gradients
 from ._init import check_bad_init, check_unobserved
@@ -193,7 +193,7 @@ def diagnose(
 
     Example:
         >>> import torch
-        >>> from hookscope.results import WatchResults
+        >>> from hookscope import WatchResults
         >>> results = WatchResults(
         ...     steps=torch.arange(3),
         ...     layers={"0": "Linear", "1": "ReLU"},

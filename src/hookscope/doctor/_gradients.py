@@ -19,7 +19,7 @@ import re
 
 import torch
 
-from ..results import WatchResults
+from ..results._results import WatchResults
 from ..stats._norms import root_sum_squares
 from ._finding import Finding
 from ._series import first_index, index_of_step, layer_order, module_of, step_at, table, windowed_median

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from ..results import WatchResults
+from ..results._results import WatchResults
 from ._finding import Finding
 from ._series import layer_order
 from ._thresholds import Thresholds

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ..results import WatchResults
+from ..results._results import WatchResults
 from ._finding import Finding
 from ._series import first_index, step_at, table, windowed_median
 from ._thresholds import Thresholds

@@ -6,7 +6,7 @@ import warnings
 from collections.abc import Iterable
 from typing import Any
 
-from ..results import WatchResults
+from ..results._results import WatchResults
 from ._diagnose import CheckSpec, check_severity, resolve_checks, run_checks
 from ._finding import DiagnosisWarning, Finding, Findings, Severity, severity_rank
 from ._thresholds import Thresholds
@@ -33,7 +33,7 @@ class LiveDoctor:
 
     Example:
         >>> from hookscope.doctor import LiveDoctor
-        >>> from hookscope.results import WatchResults
+        >>> from hookscope import WatchResults
         >>> doctor = LiveDoctor()
         >>> doctor.update(WatchResults())
         []

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from ..results import WatchResults
+from ..results._results import WatchResults
 from ._finding import Finding
 from ._series import index_of_step, layer_order, module_of, previous_layer, step_at
 from ._thresholds import Thresholds

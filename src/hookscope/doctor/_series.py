@@ -7,7 +7,7 @@ import itertools
 
 import torch
 
-from ..results import WatchResults
+from ..results._results import WatchResults
 
 __all__ = [
     "first_index",

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import torch
 
-from ..results import WatchResults
+from ..results._results import WatchResults
 from ._finding import Finding
 from ._series import first_index, layer_order, module_of, step_at, warmup_length, windowed_median
 from ._thresholds import Thresholds

@@ -6,8 +6,8 @@ modules must be among the watched ones; functional activations (`F.relu` inside 
 
 from __future__ import annotations
 
-from ..results import WatchResults
 from ..results._activity import count_inactive_units
+from ..results._results import WatchResults
 from ._finding import Finding
 from ._series import first_index, layer_order, module_of, previous_layer, step_at, table, windowed_median
 from ._thresholds import Thresholds

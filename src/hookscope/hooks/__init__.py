@@ -11,26 +11,30 @@ deep-copied modules leave hookscope's hooks behind. Everything above this packag
 callbacks) registers hooks only through these functions.
 """
 
+# `name as name`: a name of the top level, whose one home is `hookscope` (see its `__init__`); it imports from
+# here too, as it always has, and this package's `__all__` does not list it again.
 from .._errors import CompiledModelWarning, HookFailureWarning
-from ._fastai import Hook, Hooks, hook_output, hook_outputs
+from ._fastai import Hook as Hook
+from ._fastai import Hooks as Hooks
+from ._fastai import hook_output as hook_output
+from ._fastai import hook_outputs as hook_outputs
 from ._grad import register_output_grad_hook
-from ._listing import HookInfo, list_hooks, remove_hooks
+from ._listing import HookInfo
+from ._listing import list_hooks as list_hooks
+from ._listing import remove_hooks as remove_hooks
 from ._module import register_global_module_hook, register_module_hook
 from ._optim import register_global_optimizer_hook, register_optimizer_hook
-from ._registry import HookHandle, scope
-from ._select import named_modules, normalize_path, select_modules
+from ._registry import HookHandle
+from ._registry import scope as scope
+from ._select import named_modules, normalize_path
+from ._select import select_modules as select_modules
 from ._tensor import register_post_accumulate_grad_hook, register_tensor_hook
 
 __all__ = [
     "CompiledModelWarning",
-    "Hook",
     "HookFailureWarning",
     "HookHandle",
     "HookInfo",
-    "Hooks",
-    "hook_output",
-    "hook_outputs",
-    "list_hooks",
     "named_modules",
     "normalize_path",
     "register_global_module_hook",
@@ -40,7 +44,4 @@ __all__ = [
     "register_output_grad_hook",
     "register_post_accumulate_grad_hook",
     "register_tensor_hook",
-    "remove_hooks",
-    "scope",
-    "select_modules",
 ]

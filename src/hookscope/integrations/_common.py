@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from ..callbacks import Callback
+from ..callbacks._base import Callback
 from ..hooks import HookHandle, register_optimizer_hook
 
 __all__ = ["EventRelay"]

@@ -25,7 +25,7 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 import torch
 
-from ..callbacks import Callback
+from ..callbacks._base import Callback
 from ._common import EventRelay
 
 __all__ = ["HookscopeLightningCallback"]
@@ -41,7 +41,7 @@ class HookscopeLightningCallback(pl.Callback):
         TypeError: no callback, or one that is not a `hookscope.callbacks.Callback`.
 
     Example:
-        >>> from hookscope.callbacks import ActivationStats
+        >>> from hookscope import ActivationStats
         >>> stats = ActivationStats()
         >>> callback = HookscopeLightningCallback(stats)  # Trainer(callbacks=[callback]).fit(module)
     """

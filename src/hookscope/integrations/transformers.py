@@ -30,7 +30,7 @@ import warnings
 import torch
 
 from .._errors import HookscopeWarning
-from ..callbacks import Callback
+from ..callbacks._base import Callback
 from ..hooks import HookHandle, register_module_hook
 from ..hooks._calls import HookErrors
 from ._common import EventRelay
@@ -48,7 +48,7 @@ class HookscopeTrainerCallback(TrainerCallback):
         TypeError: no callback, or one that is not a `hookscope.callbacks.Callback`.
 
     Example:
-        >>> from hookscope.callbacks import ActivationStats
+        >>> from hookscope import ActivationStats
         >>> callback = HookscopeTrainerCallback(ActivationStats())  # Trainer(..., callbacks=[callback])
     """
 

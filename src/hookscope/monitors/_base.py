@@ -28,7 +28,7 @@ from ..hooks import HookHandle, register_module_hook
 from ..hooks._calls import HookErrors
 from ..hooks._guards import check_hookable
 from ..hooks._tree import tensor_leaves
-from ..reducers import Reducer
+from ..reducers._base import Reducer
 from ..reducers._state import load_state, save_state
 from ._parts import Construct
 

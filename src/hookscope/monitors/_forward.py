@@ -13,7 +13,7 @@ import torch.nn as nn
 from .._check import checked
 from ..hooks import HookHandle
 from ..hooks._tree import map_tensors, tensor_leaves
-from ..reducers import Reducer
+from ..reducers._base import Reducer
 from ._base import Monitor, MonitorConstructor
 from ._parts import Construct, as_tensors, check_attribute, resolve
 
@@ -31,7 +31,7 @@ class InputMonitor(Monitor):
 
     Example:
         >>> import torch, torch.nn as nn
-        >>> from hookscope.reducers import HistoryReducer
+        >>> from hookscope import HistoryReducer
         >>> layer = nn.Linear(3, 2)
         >>> with InputMonitor(HistoryReducer(), module=layer) as monitor:
         ...     _ = layer(torch.ones(4, 3))
@@ -57,7 +57,7 @@ class OutputMonitor(Monitor):
 
     Example:
         >>> import torch, torch.nn as nn
-        >>> from hookscope.reducers import StatsReducer
+        >>> from hookscope import StatsReducer
         >>> relu = nn.ReLU()
         >>> with OutputMonitor(StatsReducer(), module=relu) as monitor:
         ...     _ = relu(torch.tensor([-1.0, 3.0]))
@@ -186,7 +186,7 @@ class DifferenceMonitor(Monitor):
 
     Example:
         >>> import torch, torch.nn as nn
-        >>> from hookscope.reducers import HistoryReducer
+        >>> from hookscope import HistoryReducer
         >>> norm = nn.BatchNorm1d(2)
         >>> with DifferenceMonitor(HistoryReducer(), "running_mean", module=norm) as monitor:
         ...     _ = norm(torch.tensor([[1.0, 2.0], [3.0, 4.0]]))

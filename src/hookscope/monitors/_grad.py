@@ -11,7 +11,7 @@ import torch.nn as nn
 
 from .._check import checked
 from ..hooks import HookHandle, register_output_grad_hook, register_post_accumulate_grad_hook
-from ..reducers import Reducer
+from ..reducers._base import Reducer
 from ._base import TAG, Monitor, MonitorConstructor
 from ._parts import Construct, check_attribute, resolve
 
@@ -31,7 +31,7 @@ class OutputGradMonitor(Monitor):
 
     Example:
         >>> import torch, torch.nn as nn
-        >>> from hookscope.reducers import HistoryReducer
+        >>> from hookscope import HistoryReducer
         >>> layer = nn.Linear(3, 1)
         >>> with OutputGradMonitor(HistoryReducer(), module=layer) as monitor:
         ...     layer(torch.ones(2, 3)).sum().backward()
@@ -82,7 +82,7 @@ class ParameterGradMonitor(Monitor):
 
     Example:
         >>> import torch, torch.nn as nn
-        >>> from hookscope.reducers import HistoryReducer
+        >>> from hookscope import HistoryReducer
         >>> layer = nn.Linear(2, 1, bias=False)
         >>> with ParameterGradMonitor(HistoryReducer(), "weight", module=layer) as monitor:
         ...     layer(torch.tensor([[1.0, 2.0]])).sum().backward()

@@ -11,7 +11,7 @@ import torch.nn as nn
 
 from .._errors import closest_names
 from ..hooks._tree import tensor_leaves
-from ..reducers import Reducer
+from ..reducers._base import Reducer
 
 if TYPE_CHECKING:
     from ._base import Monitor

@@ -46,8 +46,7 @@ class MonitorPool(Mapping[str, Monitor]):
 
     Example:
         >>> import torch, torch.nn as nn
-        >>> from hookscope.monitors import OutputMonitor
-        >>> from hookscope.reducers import StatsReducer
+        >>> from hookscope import OutputMonitor, StatsReducer
         >>> model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1))
         >>> with MonitorPool(OutputMonitor.partialconstructor(StatsReducer()), model) as pool:
         ...     _ = model(torch.randn(8, 3))

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._check import checked
-from ..results import WatchResults
+from ..results._results import WatchResults
 from ._base import as_array, few_ticks, new_figure, steps_of
 
 if TYPE_CHECKING:

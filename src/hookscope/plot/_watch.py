@@ -9,8 +9,8 @@ import numpy as np
 
 from .._check import FINITE, POSITIVE, checked
 from .._errors import unknown_name
-from ..results import WatchResults
 from ..results._activity import DEAD_UNIT_ACTIVITY, count_inactive_units
+from ..results._results import WatchResults
 from ._base import (
     as_array,
     axes_or_new,

@@ -10,21 +10,16 @@ it (safetensors + JSON, atomic). Trajectory reducers follow one tensor over time
 (`hookscope.monitors`) feed reducers from hooks; the distributed layer combines their raw `state_dict()`s.
 """
 
-from ._average import CAReducer, EMAReducer
-from ._base import Reducer
-from ._histogram import HistogramReducer
-from ._history import HistoryReducer, PassthroughReducer
-from ._sample import QuantileReducer, ReservoirReducer
-from ._stats import StatsReducer
+# `name as name`: a name of the top level, whose one home is `hookscope` (see its `__init__`); it imports from
+# here too, as it always has, and this package's `__all__` does not list it again.
+from ._average import CAReducer as CAReducer
+from ._average import EMAReducer as EMAReducer
+from ._base import Reducer as Reducer
+from ._histogram import HistogramReducer as HistogramReducer
+from ._history import HistoryReducer as HistoryReducer
+from ._history import PassthroughReducer as PassthroughReducer
+from ._sample import QuantileReducer as QuantileReducer
+from ._sample import ReservoirReducer as ReservoirReducer
+from ._stats import StatsReducer as StatsReducer
 
-__all__ = [
-    "CAReducer",
-    "EMAReducer",
-    "HistogramReducer",
-    "HistoryReducer",
-    "PassthroughReducer",
-    "QuantileReducer",
-    "Reducer",
-    "ReservoirReducer",
-    "StatsReducer",
-]
+__all__: list[str] = []

@@ -15,8 +15,7 @@ from typing import Any
 import torch
 
 from .._io import atomic_write, load_bundle, save_bundle
-from ..results import WatchResults
-from ..results._results import RESULTS_FILE
+from ..results._results import RESULTS_FILE, WatchResults
 
 __all__ = [
     "DOCUMENT_FILE",

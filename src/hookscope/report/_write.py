@@ -13,7 +13,7 @@ import torch.nn as nn
 
 from .._check import checked
 from .._io import atomic_write
-from ..results import WatchResults
+from ..results._results import WatchResults
 from ._data import DOCUMENT_FILE, RESULTS_FILE, WEIGHTS_FILE, ReportData, load_data, prepare_data, save_data
 from ._html import INDEX_TITLE, IndexEntry, render_index, render_page
 

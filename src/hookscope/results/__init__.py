@@ -7,7 +7,10 @@ schema; `_activity.py` what counts as a dead unit; `_nonfinite.py` where non-fin
 `WatchResults`; the doctor, the plots and the report import only this package to read them.
 """
 
-from ._merge import combine_results, merge_results
-from ._results import WatchResults
+# `name as name`: a name of the top level, whose one home is `hookscope` (see its `__init__`); it imports from
+# here too, as it always has, and this package's `__all__` does not list it again.
+from ._merge import combine_results as combine_results
+from ._merge import merge_results as merge_results
+from ._results import WatchResults as WatchResults
 
-__all__ = ["WatchResults", "combine_results", "merge_results"]
+__all__: list[str] = []

@@ -28,7 +28,7 @@ _CHARTS = (("activations", "mean", "#3b6fb6"), ("activations", "std", "#6a9f3a")
 def results_repr(results: WatchResults) -> str:
     """One line: how many steps and layers, and the loss at the first and last recorded steps.
 
-    >>> from hookscope.results import WatchResults
+    >>> from hookscope import WatchResults
     >>> WatchResults()
     WatchResults(0 recorded steps, 0 layers)
     """

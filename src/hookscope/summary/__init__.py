@@ -12,30 +12,22 @@ shapes (`_inputs.py`); shapes of nested values are described by `_shapes.py`. Th
 `_probes.py` and use the same recorder. Hooks go through `hookscope.hooks` only and are removed, and every
 module's train/eval mode restored, even when forward raises.
 
-`hookscope.summary` (the attribute of the top-level package) is the function; import the rest from here:
-`from hookscope.summary import ModelSummary, layer_info`.
+`hookscope.summary` (the attribute of the top-level package) is the function; it and the fastai probes are
+imported from the top level (`from hookscope import summary, layer_info`), `ModelSummary` from here.
 """
 
-from ._api import summary
-from ._probes import (
-    dummy_eval,
-    has_params,
-    layer_info,
-    model_sizes,
-    module_summary,
-    num_features_model,
-    total_params,
-)
+# `name as name`: a name of the top level, whose one home is `hookscope` (see its `__init__`); it imports from
+# here too, as it always has, and this package's `__all__` does not list it again.
+from ._api import summary as summary
+from ._probes import dummy_eval as dummy_eval
+from ._probes import has_params as has_params
+from ._probes import layer_info as layer_info
+from ._probes import model_sizes as model_sizes
+from ._probes import module_summary as module_summary
+from ._probes import num_features_model as num_features_model
+from ._probes import total_params as total_params
 from ._table import ModelSummary
 
 __all__ = [
     "ModelSummary",
-    "dummy_eval",
-    "has_params",
-    "layer_info",
-    "model_sizes",
-    "module_summary",
-    "num_features_model",
-    "summary",
-    "total_params",
 ]

@@ -12,7 +12,8 @@ from torch.nn.modules.lazy import LazyModuleMixin
 from torch.nn.parameter import is_lazy
 
 from .._torch import children as registered_children
-from ..hooks import HookInfo, list_hooks
+from ..hooks import HookInfo
+from ..hooks._listing import list_hooks
 from ..hooks._select import unwrap
 from ._collect import CallRecord, ForwardRun, has_forward
 from ._columns import TableView

@@ -24,7 +24,8 @@ import torch
 import torch.nn as nn
 
 from .._progress import ProgressLine
-from ..hooks import register_global_module_hook, register_module_hook, scope
+from ..hooks import register_global_module_hook, register_module_hook
+from ..hooks._registry import scope
 from ._flops import countable_kernels, flop_counter_mode
 from ._memory import SavedTensors
 from ._shapes import describe, describe_call, tensor_bytes

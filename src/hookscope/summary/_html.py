@@ -59,7 +59,7 @@ def short_repr(s: ModelSummary) -> str:
     """One line: the model, its modules, parameters and FLOPs (`str(s)` is the whole table).
 
     >>> import torch.nn as nn
-    >>> from hookscope.summary import summary
+    >>> from hookscope import summary
     >>> summary(nn.Linear(2, 3), input_size=(1, 2))
     ModelSummary(Linear: 1 module, 9 params, 12 FLOPs; print() it for the table)
     """

@@ -14,12 +14,14 @@ W&B and MLflow (`_trackers.py`: the names they share), `_state.py` is the format
 `_residual.py` the repeated blocks' outputs (the residual stream); both fill rows of `_buffers.py` beside the rest.
 """
 
+# `name as name`: a name of the top level, whose one home is `hookscope` (see its `__init__`); it imports from
+# here too, as it always has, and this package's `__all__` does not list it again.
 from .._errors import UnobservedModuleWarning
-from ._api import watch
+from ._api import watch as watch
 from ._mlflow import MLflowSink
 from ._sinks import CSVSink, JSONLSink, TensorBoardSink
 from ._wandb import WandbSink
-from ._watch import Watch
+from ._watch import Watch as Watch
 
 __all__ = [
     "CSVSink",
@@ -28,6 +30,4 @@ __all__ = [
     "TensorBoardSink",
     "UnobservedModuleWarning",
     "WandbSink",
-    "Watch",
-    "watch",
 ]

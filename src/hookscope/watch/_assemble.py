@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from ..results import WatchResults
-from ..results._results import ACTIVATION_STATS, ATTENTION_STATS, GRAD_STATS, OPTIMIZER_STATS, RESIDUAL_STATS
+from ..results._results import (
+    ACTIVATION_STATS,
+    ATTENTION_STATS,
+    GRAD_STATS,
+    OPTIMIZER_STATS,
+    RESIDUAL_STATS,
+    WatchResults,
+)
 from ..stats._histogram import auto_edges, fixed_edges, on_widest_range
 from ._buffers import Chunk
 from ._options import WatchOptions

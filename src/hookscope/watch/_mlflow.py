@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .._check import checked
-from ..results import WatchResults
+from ..results._results import WatchResults
 from ._trackers import FINDING_COLUMNS, KeyNames, finding_rows, import_extra, report_folder, step_rows
 
 __all__ = ["ARTIFACT_FOLDER", "MLflowSink"]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch.nn as nn
 
 from .._check import checked
-from ..hooks import named_modules, select_modules
+from ..hooks import named_modules
+from ..hooks._select import select_modules
 
 __all__ = ["ACTIVATION_TYPES", "default_selection", "default_selector"]
 

@@ -16,7 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from .._check import checked, hint_for
 from .._io import check_target
-from ..results import WatchResults
+from ..results._results import WatchResults
 
 __all__ = ["CSVSink", "JSONLSink", "Sink", "TensorBoardSink"]
 

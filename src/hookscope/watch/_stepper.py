@@ -21,8 +21,8 @@ import torch.nn as nn
 from .._errors import UnobservedModuleWarning
 from ..callbacks._budget import Budget
 from ..callbacks._steps import Frame
-from ..results import WatchResults
 from ..results._nonfinite import first_nonfinite, merge_first
+from ..results._results import WatchResults
 from ._assemble import build_results
 from ._extras import collect_extras
 from ._losses import LossLog

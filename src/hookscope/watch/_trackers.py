@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .._text import ROOT, neutralize
-from ..results import WatchResults
+from ..results._results import WatchResults
 
 __all__ = [
     "FINDING_COLUMNS",

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from .._check import checked
-from ..results import WatchResults
+from ..results._results import WatchResults
 from ._trackers import FINDING_COLUMNS, LOSS_KEY, PREFIXES, STEP_KEY, finding_rows, import_extra, report_folder
 from ._trackers import step_rows as _step_rows
 from ._trackers import tracker_key as _tracker_key

@@ -11,15 +11,16 @@ import torch
 import torch.nn as nn
 
 from .._check import checked
-from ..callbacks import Callback, LoopDriver
+from ..callbacks import LoopDriver
+from ..callbacks._base import Callback
 from ..callbacks._steps import ForwardFrames
 from ..distributed import grad_reduction
 from ..hooks import HookHandle, normalize_path
 from ..hooks._calls import HookErrors, contained
 from ..hooks._guards import check_hookable, check_real_device
 from ..hooks._select import choose_modules
-from ..results import WatchResults
 from ..results._nonfinite import first_from_flags, merge_first
+from ..results._results import WatchResults
 from ._assemble import build_results
 from ._extras import collect_extras, watch_meta
 from ._options import WatchInit, WatchOptions, method_options_signature

@@ -15,22 +15,26 @@ every hook goes through its registry; what attaches returns a handle with `remov
 the dicts, `HandleGroup` for lists of hook handles); statistics stay on the device until read.
 """
 
+# `name as name`: a name of the top level, whose one home is `hookscope` (see its `__init__`); it imports from
+# here too, as it always has, and this package's `__all__` does not list it again.
 from ._access import get_weights, init_weights_, scale_weights_, set_weights_
-from ._change import (
-    add_weight_change_monitor_hook,
-    add_weight_distribution_monitor,
-    compute_weight_changes,
-    weight_distance,
-)
-from ._constrain import ConstraintHandle, add_weight_norm_constraint_hook, register_constraint, remap_state_dict
+from ._change import add_weight_change_monitor_hook as add_weight_change_monitor_hook
+from ._change import add_weight_distribution_monitor as add_weight_distribution_monitor
+from ._change import compute_weight_changes as compute_weight_changes
+from ._change import weight_distance
+from ._constrain import ConstraintHandle, register_constraint, remap_state_dict
+from ._constrain import add_weight_norm_constraint_hook as add_weight_norm_constraint_hook
 from ._constraints import Clamp, MaxNorm, NonNeg, UnitNorm
 from ._dead import DeadUnitDetector
-from ._detect import detect_weight_symmetry_breaking, find_duplicate_units, spectral_stats
+from ._detect import detect_weight_symmetry_breaking as detect_weight_symmetry_breaking
+from ._detect import find_duplicate_units, spectral_stats
 from ._layers import HandleGroup, HookData
 from ._ratio import UpdateRatioMonitor
 from ._regularize import l1_penalty, l2_penalty, register_weight_decay
-from ._summary import print_weight_summary
-from ._updates import add_weight_update_monitor_hook, analyze_weight_updates, restore_optimizer_step
+from ._summary import print_weight_summary as print_weight_summary
+from ._updates import add_weight_update_monitor_hook as add_weight_update_monitor_hook
+from ._updates import analyze_weight_updates as analyze_weight_updates
+from ._updates import restore_optimizer_step as restore_optimizer_step
 
 __all__ = [
     "Clamp",
@@ -42,23 +46,14 @@ __all__ = [
     "NonNeg",
     "UnitNorm",
     "UpdateRatioMonitor",
-    "add_weight_change_monitor_hook",
-    "add_weight_distribution_monitor",
-    "add_weight_norm_constraint_hook",
-    "add_weight_update_monitor_hook",
-    "analyze_weight_updates",
-    "compute_weight_changes",
-    "detect_weight_symmetry_breaking",
     "find_duplicate_units",
     "get_weights",
     "init_weights_",
     "l1_penalty",
     "l2_penalty",
-    "print_weight_summary",
     "register_constraint",
     "register_weight_decay",
     "remap_state_dict",
-    "restore_optimizer_step",
     "scale_weights_",
     "set_weights_",
     "spectral_stats",
