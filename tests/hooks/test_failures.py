@@ -18,7 +18,7 @@ from hookscope.hooks import HookFailureWarning, register_module_hook, scope
 from hookscope.hooks._calls import HookErrors
 from hookscope.monitors import OutputMonitor
 from hookscope.reducers import HistoryReducer
-from hookscope.stats._record_table import RecordTable
+from hookscope.stats._tables import RecordTable
 from hookscope.watch import watch
 from hookscope.watch._params import ParamRecorder
 from hookscope.weights import add_weight_distribution_monitor

@@ -15,7 +15,7 @@ import torch
 from hookscope.report import render_report, write_report
 from hookscope.report._escape import safe_filename
 from hookscope.results import WatchResults
-from hookscope.stats._pending import SMALL_BELOW
+from hookscope.stats._tables import SMALL_BELOW
 from hookscope.watch import watch
 
 HOSTILE = ("<img src=x onerror=alert(1)>", "</script><script>alert(2)</script>", "evil\u202egnp.exe", "a$b")

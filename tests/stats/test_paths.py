@@ -16,7 +16,7 @@ from test_engine import SETTINGS, tensors
 from hookscope.callbacks import ActivationStats, LoopDriver
 from hookscope.reducers import StatsReducer
 from hookscope.results import combine_results
-from hookscope.stats._pending import SMALL_BELOW
+from hookscope.stats._tables import SMALL_BELOW
 from hookscope.watch import watch
 from stats_oracle import Expected, close, expected, values_of
 

@@ -20,12 +20,11 @@ import torch
 from hookscope.stats._describe import describe, describe_large
 from hookscope.stats._histogram import counts as histogram_counts
 from hookscope.stats._histogram import exponent_of, row_counts
-from hookscope.stats._norm_table import NormTable
 from hookscope.stats._norms import norm_of
 from hookscope.stats._record import STATISTICS, finalize
-from hookscope.stats._record_table import RecordTable
 from hookscope.stats._sample import SAMPLE_SIZE, Sampler, period_for
 from hookscope.stats._spec import Spec
+from hookscope.stats._tables import NormTable, RecordTable
 from stats_oracle import auto_exponent, auto_histogram, auto_shares, expected, fixed_histogram, values_of
 
 

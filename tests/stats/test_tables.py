@@ -13,12 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hookscope.stats._histogram import EXPONENT_NONE
-from hookscope.stats._norm_table import NormTable
-from hookscope.stats._pending import SMALL_BELOW
 from hookscope.stats._record import STATISTICS, finalize
-from hookscope.stats._record_table import RecordTable
 from hookscope.stats._sample import SAMPLE_SIZE, Sampler
 from hookscope.stats._spec import Spec
+from hookscope.stats._tables import SMALL_BELOW, NormTable, RecordTable
 from hookscope.stats._units import UnitCounts, unit_dims
 from stats_oracle import auto_exponent, auto_histogram, close, expected, values_of
 

@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 
 from hookscope.callbacks import HookCallback, LoopDriver
-from hookscope.watch import Watch, _recorder, watch
+from hookscope.watch import Watch, _buffers, watch
 from stats_oracle import auto_exponent, auto_histogram, expected, values_of
 
 LARGE = 1 << 15  # outputs with at least this many values take the large-tensor path
@@ -327,7 +327,7 @@ def test_small_tensors_of_many_steps_written_together_match_the_oracle_step_by_s
 def test_a_gradient_that_arrives_after_its_step_was_written_is_added_to_its_row_or_counted(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(_recorder, "PENDING_STEPS", 1)  # every step is written when it closes
+    monkeypatch.setattr(_buffers, "PENDING_STEPS", 1)  # every step is written when it closes
     torch.manual_seed(6)
     model = nn.Sequential(nn.Linear(3, 5))
     backward, w = GradCapture(["0"]), watch(model, select=["0"])

@@ -21,11 +21,10 @@ from ..hooks._select import Selector
 from ..hooks._tree import is_plain, tensor_leaves
 from ..stats._describe import describe
 from ..stats._histogram import EXPONENT_NONE, auto_edges, check_bins, check_range, fixed_edges, on_widest_range
-from ..stats._pending import SMALL_BELOW
 from ..stats._record import RECORD, STATISTICS, finalize
-from ..stats._record_table import RecordTable
 from ..stats._sample import Sampler
 from ..stats._spec import Spec
+from ..stats._tables import SMALL_BELOW, RecordTable
 from ._activation_state import STATE
 from ._budget import Budget, check_budget
 from ._hook_callback import HookCallback, HookFunction

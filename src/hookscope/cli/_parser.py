@@ -7,7 +7,7 @@ import inspect
 
 from .._version import __version__
 from ..demo._model import FAULTS
-from ..stats._pending import SMALL_BELOW
+from ..stats._tables import SMALL_BELOW
 from ..watch._api import watch
 
 __all__ = ["build_parser"]

@@ -11,7 +11,7 @@ import torch
 
 from .._html import table
 from .._text import display_name, strip_terminal_codes
-from ..stats._pending import SMALL_BELOW
+from ..stats._tables import SMALL_BELOW
 from ._data import DOCUMENT_FILE, RESULTS_FILE, WEIGHTS_FILE, ReportData
 from ._escape import text
 

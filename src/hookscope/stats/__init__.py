@@ -18,9 +18,10 @@ callbacks (`ActivationStats`), `watch()`, the weight tools and the distributed m
 - `_dtensor.py`: the one test of a DTensor (FSDP2) and this rank's part of one.
 - `_attention.py`: per-head attention statistics (max logit, entropy, sink) and the residual stream's largest
   magnitude, its channel and token.
-- `_pending.py`, `_record_table.py`, `_norm_table.py`: tables of records filled by observations (small tensors
-  copied and batched, large ones read at once as their sums and a sample): the machinery `ActivationStats` and
-  `watch()` share.
+- `_tables.py`: tables of records filled by observations (small tensors copied and batched, large ones read at
+  once as their sums and a sample), `RecordTable` and `NormTable`: the machinery `ActivationStats` and `watch()`
+  share. A value's path through the engine: `_tables.py` (copied, then described at the flush by `_batched.py`,
+  combined into its cell by `_record.py`'s `combine_segments`) -> `_record.py`'s `finalize`.
 
 The engine is internal: it exports nothing (`__all__` is empty). hookscope's modules import each piece from the
 module that defines it; users read its statistics through `StatsReducer`, `ActivationStats` and `watch()`.

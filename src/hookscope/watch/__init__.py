@@ -12,6 +12,11 @@ statistics, `_sinks.py` sends flushed steps to CSV, JSON lines or TensorBoard, `
 W&B and MLflow (`_trackers.py`: the names they share), `_state.py` is the format of a resumable state.
 `_attention.py` finds the attention of a model where its logits are formed and describes it per head,
 `_residual.py` the repeated blocks' outputs (the residual stream); both fill rows of `_buffers.py` beside the rest.
+
+One activation's mean, file by file (tests/watch/test_value_path.py counts the cross-file calls): `_recorder.py`
+(the forward hook stages the output) -> `hookscope.stats._tables` (`RecordTable`: copied; at the flush described
+by `stats/_batched.py` and combined into its row by `stats/_record.py`) -> `_buffers.py` (`StepBuffers.take`: the
+rows to the host, finalized by `stats/_record.py`) -> `_store.py` (kept) -> `_assemble.py` (`WatchResults`).
 """
 
 # `name as name`: a name of the top level, whose one home is `hookscope` (see its `__init__`); it imports from

@@ -1,4 +1,8 @@
-"""Turn recorded tables into `WatchResults`."""
+"""Turn recorded tables into `WatchResults`: the last step of a value's path.
+
+Before: `_store.py` keeps the measured steps (`SeriesStore.table()`, a `Chunk` of `_buffers.py`). After: the
+results schema, `hookscope.results`.
+"""
 
 from __future__ import annotations
 

@@ -1,15 +1,20 @@
 """Device rows for the recorded steps, moved to the host in one transfer per table when full or read.
 
-`StepBuffers` holds a ring of `rows` slots, one per recorded step, in the engine's tables (`hookscope.stats`):
-a `RecordTable` of activations (a moments record, a histogram and its range per module, and unit activity), a
-`NormTable` of output gradients per module, one of parameter gradients and one of updates and weights per
-parameter (their norms give the update ratio), and the loss. Hooks add observations to the open step's slot;
-the tables write them in batches. `take()` moves the rows to the CPU as a `Chunk` of final statistics
+Before: the hooks (`_recorder.py`, `_params.py`) add observations to the tables of the open step's row
+(`hookscope.stats._tables`). After: `take()` hands the rows, finalized, to the stepper, which keeps them in
+`_store.py`; `_assemble.py` turns them into `WatchResults`.
+
+`StepBuffers` holds a ring of `rows` slots, one per recorded step, in the engine's tables (`hookscope.stats`): a
+`RecordTable` of activations (a moments record, a histogram and its range per module, and unit activity), a
+`NormTable` of output gradients per module, one of parameter gradients and one of updates and weights per parameter
+(their norms give the update ratio), and the loss. Hooks add observations to the open step's slot; the tables write
+them in batches: once `PENDING_STEPS` recorded steps have closed (`close_step`) or `PENDING_VALUES` small values
+wait, and before the rows are taken. `take()` moves the rows to the CPU as a `Chunk` of final statistics
 (`STATISTICS`, `GRAD_STATS`), NaN where nothing was observed. Beside them: the per-head attention statistics
 (`_attention.py`'s `AttentionTable`), the repeated blocks' residual stream (`_residual.py`'s `ResidualTable`) and,
 per parameter, the optimizer's learning rate and epsilon of the step (host values, read from its param groups),
-which turn the gradient and update norms into the `OPTIMIZER_STATS` (RMS against epsilon, update RMS / lr, and
-the learning rate itself).
+which turn the gradient and update norms into the `OPTIMIZER_STATS` (RMS against epsilon, update RMS / lr, and the
+learning rate itself).
 """
 
 from __future__ import annotations
@@ -21,17 +26,21 @@ from dataclasses import dataclass, field
 import torch
 
 from ..results._results import OPTIMIZER_STATS
-from ..stats._norm_table import NormTable
 from ..stats._norms import NORM, ratio_of_norms
 from ..stats._record import STATISTICS, finalize
-from ..stats._record_table import RecordTable
 from ..stats._sample import Sampler
 from ..stats._spec import Spec
+from ..stats._tables import NormTable, RecordTable
 from ._attention import AttentionTable
 from ._options import WatchOptions
 from ._residual import ResidualTable
 
-__all__ = ["Chunk", "StepBuffers"]
+__all__ = ["PENDING_STEPS", "PENDING_VALUES", "Chunk", "StepBuffers"]
+
+PENDING_STEPS = 32
+"""Closed recorded steps whose small tensors wait to be described together."""
+PENDING_VALUES = 1 << 20
+"""Small values waiting (float32, 4 MiB) that make the tables write them at once."""
 
 
 @dataclass
@@ -148,6 +157,7 @@ class StepBuffers:
         self.settings: list[torch.Tensor | None] = [None] * self.rows  # (params, 2) lr and eps of the row's step
         self.bins = options.hist_bins
         self.first_id = 0  # the oldest row not taken yet
+        self.closed = 0  # recorded steps closed since the tables were last written
         self.next_id = 0  # the id the next row gets
         self.steps = [0] * self.rows
         self.loss_calls = [0] * self.rows
@@ -188,8 +198,15 @@ class StepBuffers:
         """Small values waiting in the tables."""
         return sum(table.pending_values for table in self.tables)
 
+    def close_step(self) -> None:
+        """A recorded step closed: write the tables once enough steps or values wait."""
+        self.closed += 1
+        if self.closed >= PENDING_STEPS or self.pending_values >= PENDING_VALUES:
+            self.flush()
+
     def flush(self) -> None:
         """Write every observation waiting into its row."""
+        self.closed = 0
         for table in self.tables:
             table.flush()
 

@@ -16,7 +16,7 @@ import torch.nn as nn
 
 from .._torch import foreach_copy_, foreach_sub_
 from ..stats._dtensor import is_dtensor, local_part
-from ..stats._pending import SMALL_BELOW
+from ..stats._tables import SMALL_BELOW
 from ._buffers import StepBuffers
 from ._options import WatchOptions
 from ._step import StepState

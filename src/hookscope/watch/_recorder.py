@@ -7,10 +7,16 @@ that is a recomputation (checkpoint) are counted in `dropped`, and what a root f
 record (the step is recorded), check (an unrecorded training step: only whether the output and its gradient are
 finite) or skip (counted in `dropped`). Hooks run one at a time (the watch's lock: forwards from several
 threads), and a failure inside them is handed to the watch's `HookErrors` (counted, warned once, or raised when
-strict). Recording does little in the hook: the output is read by the engine's activation table (`_buffers.py`),
-which describes a large output at once (while it is in cache and before an in-place op can change it) and copies
-a small one; gradient hooks do the same. `settle()` at the end of the step closes it; the small tensors of
-several closed steps are described together when the rows are written (`_step.py`).
+strict). Recording does little in the hook: the output is read by the engine's activation table (a `RecordTable`,
+`hookscope.stats._tables`, one of the step rows of `_buffers.py`), which describes a large output at once (while
+it is in cache and before an in-place op can change it) and copies a small one; gradient hooks do the same.
+`settle()` at the end of the step closes it; the small tensors of several closed steps are described together
+when the rows are written (`_buffers.py`'s `close_step`).
+
+The path of a value: here (the forward hook: `_on_output` -> `_record` -> `RecordTable.stage`, kept by `commit`
+when the root forward completes) -> `hookscope.stats._tables` (copied, then described and written into its row
+when the rows are written) -> `_buffers.py` (`StepBuffers.take`: the rows to the host, finalized) -> `_store.py`
+(kept) -> `_assemble.py` (`WatchResults`).
 
 Under `torch.compile` the traced hooks read one flag and append to one list (no other Python state, so no graph
 break and no recompilation per step); output gradients accumulate into a device tensor. `settle()` takes it
@@ -47,12 +53,7 @@ from ._params import ParamRecorder
 from ._residual import ResidualRecorder
 from ._step import StepState
 
-__all__ = ["PENDING_STEPS", "PENDING_VALUES", "Recorder"]
-
-PENDING_STEPS = 32
-"""Closed recorded steps whose small tensors wait to be described together."""
-PENDING_VALUES = 1 << 20
-"""Small values waiting (float32, 4 MiB) that make the tables write them at once."""
+__all__ = ["Recorder"]
 
 ModuleHook = Callable[[nn.Module, Any, Any], None]
 
@@ -96,7 +97,6 @@ class Recorder:
         self.kinds = [type(m).__name__ for _, m in modules]
         self.param_names = [name for name, _ in params]
         self.param_shapes = [tuple(p.shape) for _, p in params]  # what a loaded state must have been saved for
-        self._closed = 0  # recorded steps closed since the rows were last written
         self.observed = [False] * count
         self.forward_order: list[int] = []
         self.backward_order: list[int] = []
@@ -368,7 +368,7 @@ class Recorder:
         if traced:
             self._assume_backward_order()
             self._take_stage(row)
-        self.close_step()
+        self.buffers.close_step()
 
     def _take_stage(self, row: int) -> None:
         """Add the output-gradient sums of squares that compiled backwards accumulated to `row` (then zero them)."""
@@ -425,17 +425,6 @@ class Recorder:
         if losses is not None:
             losses[slot : slot + 1].add_(value.reshape(1).to(losses))
         self.buffers.loss_calls[slot] += 1
-
-    def close_step(self) -> None:
-        """A recorded step closed: write the rows once enough steps or values wait."""
-        self._closed += 1
-        if self._closed >= PENDING_STEPS or self.buffers.pending_values >= PENDING_VALUES:
-            self.write_pending()
-
-    def write_pending(self) -> None:
-        """Write every observation waiting into its row."""
-        self._closed = 0
-        self.buffers.flush()
 
     # ---- unrecorded steps: only whether outputs and their gradients are finite -------------------------------
     def _check(self, index: int, output: Any, staged: Staged | None) -> None:

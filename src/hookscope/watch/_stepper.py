@@ -383,7 +383,6 @@ class Stepper:
 
     def _flush(self, recorder: Recorder) -> None:
         self.losses.take()
-        recorder.write_pending()
         stop = self.state.row if self.state.row >= 0 else None
         chunk = recorder.buffers.take(stop)
         if chunk is None:

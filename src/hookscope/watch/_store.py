@@ -1,5 +1,9 @@
 """The host-side store of measured steps: bounded by `capacity`, thinned by halving the rate kept when full, and
-always holding the run's first and latest steps."""
+always holding the run's first and latest steps.
+
+Before: `_buffers.py`'s `StepBuffers.take` moves the rows to the host (a `Chunk`), which the stepper adds here.
+After: `table()` is read by `_assemble.py`'s `build_results`.
+"""
 
 from __future__ import annotations
 

@@ -1,15 +1,29 @@
-"""`RecordTable`: moments records, histograms and unit activity of observed tensors per cell, written in batches.
+"""Tables of cells filled by observations and written in batches: `RecordTable` (moments records, histograms and
+unit activity of activations) and `NormTable` (norm records of gradients, updates and weights).
 
-The machinery `ActivationStats` and `watch()` share (see `_pending.py` for cells and rows). A tensor added to a
-cell is copied when small; when large it is read at once (its exact sums and a sample, or every value when the
-table is exact) while it is in cache and before an in-place op can change it. `flush()` describes everything
-waiting in a fixed number of torch calls: the small tensors by segment reductions, the samples likewise and
-then `estimate`, and every record waiting for a cell is combined with what the cell holds (`combine_segments`:
-a key called twice in a row, a record flushed in two parts), histograms re-binned to the widest range first.
+The machinery `ActivationStats` and `watch()` share. Before: a hook hands a tensor to `RecordTable.stage`/`add`
+(`hookscope.watch._recorder`, `hookscope.callbacks.ActivationStats`). After: the consumer reads the written cells
+(`records`, `hists`, `norms`) and finalizes them (`_record.py`'s `finalize`, in `hookscope.watch._buffers`).
+
+A table has a cell per (row, key): a row is a step of `watch()` or a record of `ActivationStats`, a key a module
+or a parameter. Rows are addressed by ids that may grow without bound (a ring of steps): id `r` lives in row
+`r % rows`, and the consumer makes sure a row is no longer needed before its id comes round again. An observation
+is read when it is added and waits until `flush()`: a small tensor as a copy (`_small`); a large one at once (while
+it is in cache and before an in-place op can change it) as its exact sums and a sample (`_sampled`,
+`take_sample`) or, described exactly, as a finished item (`_large`). `flush()` describes everything waiting in a
+fixed number of torch calls (the small tensors by segment reductions, `_batched.py`; the samples as rows,
+`_rows.py`, then `estimate`) and combines every item with what its cell holds (`combine_segments`: a key called
+twice in a row, a record flushed in two parts), histograms re-binned to the widest range first. Everything that
+depends only on the arrangement of what waits (segments, cells) is built once per arrangement and cached, so a
+steady training loop pays a fixed number of torch calls per flush, however many rows and keys it covers.
+
+`PendingTable` is what both tables are: the cells and the observations waiting for them; each table describes
+and writes its own kind of item (`_describe_waiting`, `_describe_sampled`, `flush`).
 """
 
 from __future__ import annotations
 
+import abc
 import math
 from collections.abc import Callable
 from typing import Any
@@ -17,17 +31,203 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._batched import Segments, describe_segments
-from ._describe import describe, estimate, take_sample
+from ._batched import Segments, describe_segments, norm_segments
+from ._describe import Sample, describe, estimate, take_sample
 from ._histogram import EXPONENT_NONE, counts, exponent_of, rebin, row_counts, segment_counts
-from ._pending import Part, PendingTable, small_copy, to_device
+from ._norms import NORM, combine_norm_segments, estimate_norms, norm_of, real_view
 from ._record import RECORD, Column, combine_segments, empty
-from ._rows import Rows, describe_rows
+from ._rows import SAMPLE_BLOCK, Rows, Workspace, describe_rows, norm_rows
 from ._sample import Sampler
 from ._spec import Spec
 from ._units import UnitCounts, active, unit_counts
 
-__all__ = ["RecordTable"]
+__all__ = ["SMALL_BELOW", "Members", "NormTable", "Part", "PendingTable", "RecordTable", "small_copy", "to_device"]
+
+SMALL_BELOW = 1 << 14
+"""Tensors with fewer values are copied and described in batches; larger ones are read when they are added (at
+twice the sample width, sampling costs less than describing every value)."""
+
+_CACHE = 64  # layouts kept per table (a steady loop needs a handful)
+Part = tuple[int, int, tuple[int, ...]]  # (row, key, shape) of a small tensor waiting
+Members = tuple[tuple[int, tuple[int, ...]], ...]  # (key, shape) of each tensor a waiting chunk holds, in order
+
+
+class PendingTable(abc.ABC):
+    """Cells, the observations waiting for them, and the cached layouts of what waits: what `RecordTable` and
+    `NormTable` are.
+
+    Args:
+        keys: The number of keys.
+        sampler: Read large tensors as sums and a sample (`None`: describe them exactly).
+    """
+
+    def __init__(self, keys: int, sampler: Sampler | None) -> None:
+        self.keys = keys
+        self.sampler = sampler
+        self.rows = 0
+        self.device: torch.device | None = None
+        self.pending_values = 0
+        self._small: list[tuple[int, Members, torch.Tensor]] = []  # (row, members, their values in one tensor)
+        self._sampled: list[tuple[int, int, Sample, Any]] = []  # (row, key, sample, what the table needs of it)
+        self._large: list[tuple[int, int, torch.Tensor]] = []  # (row, key, finished item)
+        self._layouts: dict[Any, Any] = {}
+        self._work = Workspace()  # the blocks of samples are described in it
+
+    @property
+    def is_pending(self) -> bool:
+        """Whether observations wait to be written."""
+        return bool(self._small or self._sampled or self._large)
+
+    def allocate(self, rows: int, device: torch.device) -> None:
+        """Make room for `rows` rows on `device` (keeping what the cells hold)."""
+        if self.device is not None and device != self.device:
+            self.flush()
+            self._move(device)
+        self.device = device
+        if rows > self.rows:
+            self._grow(rows, device)
+            self.rows = rows
+
+    def _is_small(self, x: torch.Tensor) -> bool:
+        return x.numel() < SMALL_BELOW and x.dtype != torch.float64
+
+    def _is_sampled(self, x: torch.Tensor) -> bool:
+        sampler = self.sampler
+        return sampler is not None and x.is_floating_point() and x.dtype != torch.float64 and x.numel() >= sampler.size
+
+    def _keep_small(self, row: int, key: int, x: torch.Tensor, owned: bool) -> None:
+        self._small.append((row, ((key, tuple(x.shape)),), small_copy(x, owned)))
+        self.pending_values += x.numel()
+
+    def _keep_flat(self, row: int, keys: list[int], shapes: list[tuple[int, ...]], flat: torch.Tensor) -> None:
+        self._small.append((row, tuple(zip(keys, shapes, strict=True)), flat))
+        self.pending_values += flat.numel()
+
+    def _layout(self, key: Any, build: Callable[[], Any]) -> Any:
+        layout = self._layouts.get(key)
+        if layout is None:
+            if len(self._layouts) >= _CACHE:
+                self._layouts.clear()
+            layout = self._layouts[key] = build()
+        return layout
+
+    def _small_parts(self) -> tuple[int, tuple[Part, ...], torch.Tensor]:
+        """The first row id of the small tensors waiting, them as (row relative to it, key, shape) (what a layout
+        depends on: the same for every batch of a steady loop), and their values (flat, float64)."""
+        small = self._small
+        base = min(row for row, _, _ in small)
+        parts = tuple((row - base, key, shape) for row, members, _ in small for key, shape in members)
+        values = torch.cat([t.reshape(-1) for _, _, t in small]).double()
+        return base, parts, values
+
+    def _keep_sample(self, row: int, key: int, sample: Sample, plan: Any) -> None:
+        self._sampled.append((row, key, sample, plan))
+        self.pending_values += sample.values.numel()
+
+    def _sample_blocks(self) -> list[list[tuple[int, int, Sample, Any]]]:
+        """The samples waiting, in blocks of at most `SAMPLE_BLOCK`."""
+        sampled = self._sampled
+        return [sampled[start : start + SAMPLE_BLOCK] for start in range(0, len(sampled), SAMPLE_BLOCK)]
+
+    def _sampled_values(
+        self, sampled: list[tuple[int, int, Sample, Any]]
+    ) -> tuple[tuple[tuple[int, int, int], ...], torch.Tensor, torch.Tensor]:
+        """A block of samples as (key, count, numel) parts (what a layout depends on), their values as the rows of
+        one (G, width) float32 matrix (`members` says which entries are the sample) and their exact readings
+        (G, len(RAW))."""
+        parts = tuple((key, s.count, s.numel) for _, key, s, _ in sampled)
+        first = sampled[0][2].values
+        out = self._work.buffer("values", len(sampled), first.numel(), first.dtype, first.device)
+        values = torch.stack([s.values for _, _, s, _ in sampled], out=out)
+        raw = torch.stack([reading.float() for _, _, s, _ in sampled for reading in s.raw]).view(len(sampled), -1)
+        return parts, values, raw
+
+    def members(self, parts: tuple[tuple[int, int, int], ...], width: int) -> torch.Tensor:
+        """(G, width) float32: 1.0 for the entries of the rows of `_sampled_values` that are the samples, 0.0 for
+        the padding."""
+        counts = torch.tensor([count for _, count, _ in parts])
+        members = (torch.arange(width)[None, :] < counts[:, None]).float()
+        return to_device(members, self.device or torch.device("cpu"))
+
+    def _cells(self, rows_and_keys: list[tuple[int, int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The distinct cells of the items (row ids and keys, in item order) and, for each item then each cell,
+        its position among them."""
+        cells = [(row % self.rows) * self.keys + key for row, key in rows_and_keys]
+        unique = list(dict.fromkeys(cells))
+        where = {cell: k for k, cell in enumerate(unique)}
+        positions = [where[cell] for cell in cells] + list(range(len(unique)))
+        device = self.device or torch.device("cpu")
+        return to_device(torch.tensor(unique), device), to_device(torch.tensor(positions), device)
+
+    def _take(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Describe everything waiting and forget it: the items (one row each, in the table's item layout), the
+        distinct cells they go to and, for each item then each cell, its position among them (`_cells`)."""
+        items: list[torch.Tensor] = []
+        cells: list[tuple[int, int]] = []
+        if self._small:
+            base, parts, values = self._small_parts()
+            described, groups = self._describe_waiting(parts, values)
+            items.append(described)
+            cells += [(base + row, key) for row, key in groups]
+        for block in self._sample_blocks():
+            items.append(self._describe_sampled(block))
+            cells += [(row, key) for row, key, _, _ in block]
+        if self._large:
+            items.append(torch.stack([item for _, _, item in self._large]))
+            cells += [(row, key) for row, key, _ in self._large]
+        self._clear()
+        unique, segment = self._cells(cells)
+        return torch.cat(items), unique, segment
+
+    @abc.abstractmethod
+    def _describe_waiting(
+        self, parts: tuple[Part, ...], values: torch.Tensor
+    ) -> tuple[torch.Tensor, list[tuple[int, int]]]:
+        """The items of the small tensors waiting (`_small_parts`) and the (row relative to the first, key) of each."""
+
+    @abc.abstractmethod
+    def _describe_sampled(self, block: list[tuple[int, int, Sample, Any]]) -> torch.Tensor:
+        """The items of a block of samples, one per sample."""
+
+    def _forget(self, row: int) -> None:
+        """Forget what waits for row id `row`."""
+        self._small = [item for item in self._small if item[0] != row]
+        self._sampled = [item for item in self._sampled if item[0] != row]
+        self._large = [item for item in self._large if item[0] != row]
+        self.pending_values = sum(values.numel() for _, _, values in self._small)
+        self.pending_values += sum(sample.values.numel() for _, _, sample, _ in self._sampled)
+
+    def _clear(self) -> None:
+        """Forget what waited (once it is written)."""
+        self._small, self._sampled, self._large, self.pending_values = [], [], [], 0
+
+    @abc.abstractmethod
+    def flush(self) -> None:
+        """Write every observation waiting into its cell."""
+
+    @abc.abstractmethod
+    def _grow(self, rows: int, device: torch.device) -> None:
+        """Make the cells `rows` rows on `device`, keeping what they hold."""
+
+    @abc.abstractmethod
+    def _move(self, device: torch.device) -> None:
+        """Move the cells to `device`."""
+
+
+def small_copy(x: torch.Tensor, owned: bool = False) -> torch.Tensor:
+    """What a table keeps of a small tensor: a float32 copy (in-place ops may follow the hook), or `x` itself when
+    it is a float32 tensor nobody else holds (`owned`)."""
+    if owned and x.dtype == torch.float32:
+        return x
+    return (x.detach() if x.requires_grad else x).to(torch.float32, copy=True)
+
+
+def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Move a small index tensor built on the host to `device` (pinned and asynchronous on CUDA: no sync)."""
+    if device.type == "cuda":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
+
 
 UnitPlan = tuple[int, int, int, int]  # (start in the unit counts, values between two units, units, unit dim)
 
@@ -332,3 +532,99 @@ class _SampledLayout:
         if self._combs is None:
             self._combs = torch.stack([sample.comb for _, _, sample, _ in block])
         return self._combs
+
+
+class NormTable(PendingTable):
+    """Norm records (`NORM`: the norm of the finite values, non-finite and value counts, sampled count) per cell.
+
+    Args:
+        keys: The number of keys (modules or parameters).
+        sampler: Read large tensors as sums and a sample (`None`: exactly).
+        count_nonfinite: Count the non-finite values of large tensors exactly (a min/max pass each); `False` where
+            only the norms are read (update ratios): a non-finite sum of squares then stands for them.
+    """
+
+    def __init__(self, keys: int, sampler: Sampler | None = None, *, count_nonfinite: bool = True) -> None:
+        super().__init__(keys, sampler)
+        self.count_nonfinite = count_nonfinite
+        self.norms: torch.Tensor | None = None  # (rows, keys, len(NORM)) float64
+
+    def add(self, row: int, key: int, x: torch.Tensor, *, owned: bool = False) -> None:
+        """Observe `x` in cell (row id, key) (complex tensors count |z|)."""
+        if x.is_complex():
+            x, owned = real_view(x.detach()), False
+        if x.numel() == 0:
+            return
+        if self._is_small(x):
+            self._keep_small(row, key, x, owned)
+        elif self.sampler is not None and self._is_sampled(x):
+            sample = take_sample(x, self.sampler, with_sum=False, with_extremes=self.count_nonfinite)
+            self._keep_sample(row, key, sample, None)
+        else:
+            self._large.append((row, key, norm_of(x.detach())))
+
+    def add_flat(self, row: int, keys: list[int], shapes: list[tuple[int, ...]], flat: torch.Tensor) -> None:
+        """Observe several small tensors of row id `row` given concatenated in `flat` (a float32 tensor nobody else
+        holds: the parameters of an optimizer step in one copy), `keys[i]` of shape `shapes[i]`."""
+        self._keep_flat(row, keys, shapes, flat)
+
+    def add_record(self, row: int, key: int, norm: torch.Tensor) -> None:
+        """Add a norm record made elsewhere (a compiled backward's, for instance) to cell (row id, key)."""
+        self._large.append((row, key, norm.double()))
+
+    def reset(self, rows: torch.Tensor) -> None:
+        """Empty the cells of `rows` (an int64 tensor of rows, on the table's device)."""
+        if self.norms is not None:
+            self.norms.index_fill_(0, rows, 0.0)
+
+    def discard(self, row: int) -> None:
+        """Empty the cells of row id `row`, what waits for them and what was written (its observations are replaced
+        by later ones)."""
+        self._forget(row)
+        if self.norms is not None:
+            self.norms[row % self.rows].zero_()
+
+    def flush(self) -> None:
+        """Write every observation waiting into its cell: a fixed number of torch calls."""
+        if not self.is_pending or self.norms is None:
+            return
+        items, unique, segment = self._take()
+        norms = self.norms.view(-1, len(NORM))
+        every = torch.cat([items, norms.index_select(0, unique)])
+        norms.index_copy_(0, unique, combine_norm_segments(every, segment, unique.numel()))
+
+    def _describe_waiting(
+        self, parts: tuple[Part, ...], values: torch.Tensor
+    ) -> tuple[torch.Tensor, list[tuple[int, int]]]:
+        segments, groups = self._layout(("small", parts), lambda: self._small_layout(parts))
+        return norm_segments(values, segments), groups
+
+    def _small_layout(
+        self, parts: tuple[tuple[int, int, tuple[int, ...]], ...]
+    ) -> tuple[Segments, list[tuple[int, int]]]:
+        """Each part described on its own (the flush merges the parts of a cell)."""
+        sizes = [math.prod(shape) for _, _, shape in parts]
+        segments = Segments(sizes, list(range(len(parts))), self.device or torch.device("cpu"))
+        return segments, [(row, key) for row, key, _ in parts]
+
+    def _describe_sampled(self, block: list[tuple[int, int, Any, Any]]) -> torch.Tensor:
+        """The norm records of a block of sampled tensors."""
+        parts, values, raw = self._sampled_values(block)
+        members, numel = self._layout(("sampled", parts), lambda: self._sampled_layout(parts, values.shape[1]))
+        return estimate_norms(raw, numel, norm_rows(Rows(values, members, self._work)))
+
+    def _sampled_layout(self, parts: tuple[tuple[int, int, int], ...], width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        device = self.device or torch.device("cpu")
+        numel = torch.tensor([float(n) for _, _, n in parts], dtype=torch.float64)
+        return self.members(parts, width), to_device(numel, device)
+
+    def _grow(self, rows: int, device: torch.device) -> None:
+        norms = torch.zeros(rows, self.keys, len(NORM), dtype=torch.float64, device=device)
+        if self.norms is not None:
+            norms[: self.rows] = self.norms
+        self.norms = norms
+
+    def _move(self, device: torch.device) -> None:
+        if self.norms is not None:
+            self.norms = self.norms.to(device)
+        self._layouts.clear()
