@@ -343,6 +343,66 @@ def test_attention_and_the_residual_stream_are_measured_after_steps_left_alone(m
     assert bool(torch.isfinite(results.residual["blocks.1"]["max"]).all())
 
 
+def run_steps(budget: Budget, clock: FakeClock, steps: int, step_time: float, cost: float, stretch: bool) -> list[int]:
+    """Steps of `step_time` seconds ended at their optimizer step (`end`), the next decided there; a measured one
+    costs hookscope `cost` more. With `stretch`, the steps left alone after one left alone are followed as a
+    stretch: counted only (`Budget.stretch`, `stretch_ended`). Return the measured steps."""
+    measured: list[int] = []
+    step, alone = 0, False
+    chosen = budget.decide(0)
+    while step < steps:
+        if stretch and alone and not chosen:
+            count = min(budget.stretch(step), steps - step)
+            clock.now += count * step_time
+            budget.stretch_ended(step, count)
+            step += count
+        else:
+            assert budget.begin(step) is chosen
+            if chosen:
+                measured.append(step)
+                budget.add_own(cost)
+                clock.now += cost
+            clock.now += step_time
+            budget.end()
+            step += 1
+        alone = not chosen
+        chosen = budget.decide(step)
+    budget.settle()
+    return measured
+
+
+@pytest.mark.parametrize(("budget", "every"), [(2**-5, 1), (None, 50)])
+def test_a_stretch_of_steps_left_alone_is_counted_as_each_step_would_be(
+    monkeypatch: pytest.MonkeyPatch, budget: float | None, every: int
+) -> None:
+    results = []
+    for stretch in (False, True):
+        clock = FakeClock()
+        monkeypatch.setattr(_budget.time, "perf_counter", clock)
+        counted = Budget(budget, every=every)
+        # dyadic times and budget: sums are exact, and a measured step's debt is 160.5 steps' earnings (no tie)
+        measured = run_steps(counted, clock, 2000, step_time=2**-10, cost=5 * 2**-10 + 2**-16, stretch=stretch)
+        results.append((measured, counted.summary(), counted.steps))
+    (alone, summary, steps), (stretched, stretched_summary, stretched_steps) = results
+    assert stretched == alone and len(alone) > 20  # the same steps measured (about one in 160 after the warm-up)
+    assert stretched_steps == steps == 2000
+    assert stretched_summary["cost"] == pytest.approx(summary["cost"], rel=1e-9)
+    assert stretched_summary["step_cost"] == pytest.approx(summary["step_cost"], rel=1e-9)
+
+
+def test_a_stretch_reaches_the_next_measured_step_and_no_further(clock: FakeClock) -> None:
+    budget = Budget(None, every=10)
+    assert [budget.stretch(first) for first in (1, 11, 21, 22)] == [1, 1, 1, 1]  # no typical time yet: one
+    budget.begin(0)
+    clock.now += 1e-3
+    budget.end()
+    budget.begin(1)
+    clock.now += 1e-3
+    budget.end()  # a step left alone: its time is the typical one now
+    assert [budget.stretch(first) for first in (1, 11, 21, 22)] == [9, 9, 9, 8]  # up to steps 10, 20, 30
+    assert Budget(0.03, every=1).stretch(WARMUP_STEPS + 1) == 1
+
+
 def test_a_decided_step_keeps_its_decision_when_it_begins(clock: FakeClock) -> None:
     budget = Budget(0.03, every=1)
     simulate(budget, clock, WARMUP_STEPS + 1, step_time=1e-3, cost=5e-3)  # the last one overdraws the budget

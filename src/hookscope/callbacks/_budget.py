@@ -24,10 +24,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["WARMUP_STEPS", "Budget", "check_budget"]
+__all__ = ["LONGEST_STRETCH", "WARMUP_STEPS", "Budget", "check_budget"]
 
 WARMUP_STEPS = 16
 """Steps measured at the start of a budgeted run, whatever they cost."""
+
+LONGEST_STRETCH = 4096
+"""The most steps `Budget.stretch` leaves alone in one go (then it is asked again)."""
 
 
 def check_budget(budget: float | None, none_means: str) -> float | None:
@@ -128,6 +131,44 @@ class Budget:
         if self._typical is None:  # first learn what a step left alone takes: the yardstick of the cost
             return False
         return credit >= 0.0
+
+    def stretch(self, first: int) -> int:
+        """Step `first` was decided not to be measured (`decide`): how many steps from it on will be left alone, if
+        each takes the typical time of a step left alone (with `every`: up to the next measured one), at least 1
+        and at most `LONGEST_STRETCH`. A monitor that follows those steps by a count alone (`stretch_ended`) costs
+        the run nothing more per step than that count."""
+        typical = self._typical
+        if typical is None:
+            return 1
+        earned, credit, count = (self.budget or 0.0) * typical, self._credit, 1
+        while count < LONGEST_STRETCH:
+            credit = min(credit + earned, earned)  # as `settle` counts a step left alone at the typical time
+            if self._rule(first + count, credit):
+                break
+            count += 1
+        return count
+
+    def stretch_ended(self, first: int, count: int) -> None:
+        """Steps `first` to `first + count - 1`, left alone (none was measured or followed a measured one), ended
+        now, the first beginning when the step before it ended (`end`), none seen to begin or end: count them as
+        `begin` and `end` would, each taking their mean time, in one go."""
+        now = time.perf_counter()
+        ended, closing = self._ended, self._spent
+        self.settle()  # the step before them: what hookscope did after it ended
+        began = now if ended is None else ended + closing
+        elapsed = max(now - began, 0.0)
+        mean, typical = elapsed / count, self._typical
+        own = mean if typical is None else min(mean, 2 * typical)  # a pause counts as no more than two typical steps
+        if self.budget is not None and first >= WARMUP_STEPS:
+            earned = self.budget * own
+            self._credit = min(self._credit + count * earned, earned)  # `settle`'s rule, applied `count` times
+        self._typical = own if typical is None else typical * 0.9**count + own * (1 - 0.9**count)
+        self.total += elapsed
+        self.skipped[0] += count
+        self.skipped[1] += elapsed
+        self.steps += count
+        self._step, self._chosen, self._follows = first + count - 1, False, False
+        self._began, self._ended = None, now
 
     def settle(self) -> None:
         """The open step ended (the next one begins, or the run ends): count its time and hookscope's share."""

@@ -87,6 +87,8 @@ class Stepper:
         self._unplaced: list[tuple[int, torch.Tensor]] = []  # losses logged while batches were not followed and
         # their order was not known yet: (optimizer steps done then, value)
         self._seen_whole = False  # every loss logged between two optimizer steps was seen at least once
+        self._stretch = (0, 0)  # (first step, count) of the steps left alone followed by a count alone
+        self._stretch_left = 0  # the steps of the stretch still to end
         self._followed_since = False  # the batches are followed since the last optimizer step
         self._checks_skipped = options.checks_skipped_steps
 
@@ -98,6 +100,7 @@ class Stepper:
         self.recorder = recorder
         self.is_dormant, self.follows_batches = False, True  # the hooks of a new attachment are all on the model
         self._loss_order, self._seen_whole, self._followed_since = None, False, False  # perhaps another loop
+        self._stretch, self._stretch_left = (0, 0), 0
         self._model = weakref.ref(model)
         self._optimizer = None if optimizer is None else weakref.ref(optimizer)
 
@@ -176,6 +179,10 @@ class Stepper:
 
     def optimizer_step_ended(self, optimizer: torch.optim.Optimizer) -> None:
         """Record the update ratios and count the step."""
+        if self._stretch_left:  # a stretch of steps left alone: count the step, nothing else
+            if self._optimizer is None or self._optimizer() is optimizer:
+                self._count_step()
+            return
         recorder = self.recorder
         if recorder is None or not self.is_ours(optimizer):
             return
@@ -209,12 +216,32 @@ class Stepper:
                 self.losses.take()
         self._decide_next_step()
 
+    def _count_step(self) -> None:
+        """A step of the stretch ended: count it (the losses logged next go one step further); at the stretch's
+        end, count its time (`Budget.stretch_ended`) and decide the next step."""
+        state = self.state
+        state.optimizer_steps += 1
+        state.batches += 1  # not seen: one batch a step
+        state.step += 1
+        self._stretch_left -= 1
+        if not self._stretch_left:
+            self.budget.stretch_ended(*self._stretch)
+            self._decide_next_step()
+
+    def settle_stretch(self) -> None:
+        """Count the time of the steps of the stretch that ended so far (the run ends, or its results are read)."""
+        first, count = self._stretch
+        done = count - self._stretch_left
+        if self._stretch_left and done:
+            self.budget.stretch_ended(first, done)
+            self._stretch = (first + done, self._stretch_left)
+
     def _decide_next_step(self) -> None:
         """The step is done: decide the next one now, and leave the model alone until then if it is not measured.
         Where the loop's losses are known to be logged on one side of the optimizer step, its batches are not
         followed either (the driver's forward pre-hook is paused too), and the step a loss belongs to is set here.
         """
-        state, followed = self.state, self.follows_batches
+        state, followed, was_dormant = self.state, self.follows_batches, self.is_dormant
         self._seen_whole = self._seen_whole or self._followed_since
         dormant = not self.budget.decide(state.optimizer_steps)
         # the batches stay followed until the losses logged between two optimizer steps were all seen once (so that
@@ -232,6 +259,10 @@ class Stepper:
                 state.step, state.is_open = state.optimizer_steps, False
             else:
                 state.step = state.optimizer_steps - 1
+            if was_dormant and self.is_dormant:  # no step after a measured one in a stretch: each is timed alone
+                count = self.budget.stretch(state.optimizer_steps)
+                if count > 1:
+                    self._stretch, self._stretch_left = (state.optimizer_steps, count), count
 
     def frame_began(self, frame: Frame) -> None:
         """A root forward that is not part of a step began: traced (compiled) hooks record nothing during it."""
@@ -362,6 +393,7 @@ class Stepper:
         if error is not None:
             self._warned_unobserved = True  # a step cut short proves nothing about unobserved modules
         self.poll_scaler()
+        self.settle_stretch()
         if self._unplaced:  # the order was never learned: as most loops do, after the optimizer step
             self._learn_loss_order(True)
         state = self.state

@@ -279,6 +279,7 @@ class Watch(Callback):
         if recorder is None:
             return WatchResults(meta=dict(self._meta))
         stepper = self.stepper
+        stepper.settle_stretch()
         if self._attached and stepper.is_step_done():
             stepper.end_step()
         stepper.flush()
