@@ -11,7 +11,9 @@ says which it is; the first step after them is left alone, to learn what a step 
 a measured step takes beyond that is its cost too, timed from the host or not (hooks traced into a compiled graph,
 torch's slower path for hooked modules). On the steps it does not measure, the monitor's per-module hooks are
 off the modules (paused: `hookscope.hooks.HookHandle.pause`), so the model runs as if unwatched; what is left is
-the fixed cost of following the steps (an optimizer hook or a root hook), which the budget does not see.
+the fixed cost of following the steps (an optimizer hook or a root hook), which the budget does not see. A run of
+steps left alone can be foreseen at the typical step time (`stretch`) and followed by a count alone
+(`stretch_ended` counts their time as each step would be counted).
 
 Timing uses `time.perf_counter` on the host: on a GPU, the statistics' kernels run asynchronously and are counted
 only as far as they lengthen the step on the host (no synchronization is ever added to time them).
