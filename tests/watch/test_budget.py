@@ -567,3 +567,31 @@ def test_a_step_slowed_by_the_measured_step_before_it_is_the_measurings_cost(clo
     # 1 ms measured and 3 ms in the step after, paid back at 3 % of 1 ms a step: one measured step in about 133
     assert later and all(b - a >= 125 for a, b in itertools.pairwise(later))
     assert budget.summary()["after_warmup"]["seconds"] == pytest.approx(4e-3 * len(later), rel=0.01)
+
+
+def test_a_resumed_run_goes_on_with_the_budget_it_saved(tmp_path: Path) -> None:
+    from hookscope import load_state, save_state
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+
+    def train(w: Any, steps: int) -> None:
+        for _ in range(steps):
+            optimizer.zero_grad()
+            model(torch.randn(8, 4)).square().mean().backward()
+            optimizer.step()
+
+    with watch(model, optimizer) as first:
+        train(first, 40)
+    saved = first.stepper.budget.state_dict()
+    assert saved["steps"] == 40 and saved["typical"] is not None and saved["skipped"][0] > 0
+    path = save_state(tmp_path / "watch", first)  # JSON and safetensors: the budget's numbers go through JSON
+    resumed = watch(model, optimizer)
+    load_state(path, resumed)
+    with resumed:  # the state is applied when the watch attaches to the model
+        assert resumed.stepper.budget.state_dict() == saved
+        train(resumed, 10)
+    measured = resumed.results().meta["measured"]
+    assert measured["steps"] == 50  # counted over the whole run, not from the resume
+    assert resumed.stepper.budget.total > saved["total"]

@@ -221,6 +221,28 @@ class Budget:
         earned = (self.budget or 0.0) * own
         return spent, own, min(self._credit + earned - spent, earned)
 
+    def state_dict(self) -> dict[str, Any]:
+        """What the budget learned and counted over the run so far (JSON), to resume it (`load_state_dict`)."""
+        return {
+            "steps": self.steps,
+            "own": self.own,
+            "total": self.total,
+            "measured": list(self.measured),
+            "skipped": list(self.skipped),
+            "largest": self.largest,
+            "typical": self._typical,
+            "credit": self._credit,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from what `state_dict` returned (checked by the caller): the counts go on, the typical step time
+        and the credit are kept (the steps go on from their own numbers: a resumed run has no new warm-up)."""
+        self.steps, self.own, self.total = int(state["steps"]), float(state["own"]), float(state["total"])
+        self.measured = [int(state["measured"][0]), float(state["measured"][1])]
+        self.skipped = [int(state["skipped"][0]), float(state["skipped"][1])]
+        self.largest, self._credit = float(state["largest"]), float(state["credit"])
+        self._typical = None if state["typical"] is None else float(state["typical"])
+
     def summary(self) -> dict[str, Any]:
         """What was measured, for `WatchResults.meta["measured"]` (JSON): the steps that began, the budget (or
         `every`), hookscope's time over the rest of the steps' time (`cost`: 0.03 is 1.03 times the bare step; `None`

@@ -20,6 +20,7 @@ from .._schema import (
     Bool,
     Const,
     Either,
+    Float,
     Int,
     ListOf,
     MapOf,
@@ -79,6 +80,16 @@ _RECORDER_STATE = Record(
     attention_paths=ListOf(Str()),
     optional={"param_shapes": ListOf(ListOf(Int(min=0)), length="params")},  # absent from older states
 )
+_BUDGET = Record(
+    steps=Int(min=0),
+    own=Float(),
+    total=Float(),
+    measured=ListOf(Float(), length=2),  # steps measured after the warm-up, and their seconds
+    skipped=ListOf(Float(), length=2),  # steps left alone, and their seconds
+    largest=Float(),
+    typical=Optional(Float()),
+    credit=Float(),
+)
 _LOSSES = Record(
     steps=Tensor(INT, shape=("logged",)),
     sums=Tensor(("float64",), shape=("logged",)),
@@ -101,6 +112,7 @@ STATE = Record(
         "skipped": ListOf(Int(min=0)),
         "labelled": ListOf(ListOf(Either(Str(), Int(min=0)), length=2)),  # [label, step] pairs
         "losses": _LOSSES,  # every step's logged loss (`LossLog`); absent from older states
+        "budget": _BUDGET,  # what the overhead budget learned and counted (`Budget`); absent from older states
     },
     rules=[Rule("recorder", lambda s: s["table"] is None or s["recorder"] is not None, "is missing (table is there)")],
 )

@@ -438,6 +438,7 @@ class Stepper:
         saved.update(labelled=[list(pair) for pair in state.labelled], first=dict(self.first))
         saved.update(stride=self.store.stride, capacity_dropped=self.store.dropped, table=self.store.table())
         saved["losses"] = self.losses.state_dict()
+        saved["budget"] = self.budget.state_dict()
         return saved
 
     def load_state_dict(self, saved: dict[str, Any]) -> None:
@@ -452,6 +453,8 @@ class Stepper:
         self.store.restore(saved["table"], saved["stride"], saved["capacity_dropped"])
         if "losses" in saved:  # states saved before every step's loss was kept have none
             self.losses.load_state_dict(saved["losses"])
+        if "budget" in saved:  # nor those saved before the budget was kept
+            self.budget.load_state_dict(saved["budget"])
 
     # ---- warnings and the doctor -----------------------------------------------------------------------------
     def _warn_unobserved(self, final: bool = False) -> None:
