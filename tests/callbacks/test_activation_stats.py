@@ -296,6 +296,48 @@ def test_under_the_budget_the_batches_left_alone_run_without_its_hooks(monkeypat
     assert restored.batches == sorted(observed)
 
 
+def test_a_stretch_of_batches_left_alone_runs_with_the_batch_counting_hook_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from hookscope._torch import module_hooks
+    from hookscope.callbacks._budget import Budget
+    from hookscope.hooks._calls import CalledHook
+
+    observed = {0, 1, 12, 13, 14}
+    monkeypatch.setattr(Budget, "_rule", lambda self, step, credit: step in observed)  # its decisions, not its clock
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 2))
+    roots: list[int] = []  # its hooks on the root while each forward runs (read in a child's hook)
+    outputs: list[torch.Tensor] = []
+
+    def ours(module: nn.Module) -> int:
+        return sum(isinstance(h, CalledHook) for table in module_hooks(module).values() for h in table.values())
+
+    def child(module: nn.Module, args: Any, output: torch.Tensor) -> None:
+        roots.append(ours(model))
+        outputs.append(output.detach().clone())
+
+    model[0].register_forward_hook(child)
+    stats = ActivationStats()
+    left_open = []  # after each batch, the root forward its root hooks think is running (none: no frame left behind)
+    with stats.attach(model):
+        for batch in range(15):
+            if batch == 13:  # a forward that raises right after the stretch (batch 13): its record taken back
+                with pytest.raises(RuntimeError):
+                    model(torch.randn(4, 5))
+            model(torch.randn(4, 3)).sum().backward()
+            left_open.append(stats._frames.current() if stats._frames is not None else "no frames")
+    assert left_open == [None] * 15
+    # batch 2 pauses the module hooks, batch 3 foresees the stretch 4..11 (batch 12 is measured): the loop driver's
+    # forward pre-hook alone on the root from its first batch, its two root hooks back from its last
+    assert roots[:4] == [3, 3, 3, 3] and roots[4:11] == [1] * 7 and roots[11:] == [3] * (len(roots) - 11)
+    assert stats.batches == [0, 1, 12, 14]  # the forward that raised was batch 13 (no output: its layer raised)
+    kept = [outputs[k] for k in (0, 1, 12, 13)]
+    assert len(stats.stats) == len(kept)
+    for record, output in zip(stats.stats, kept, strict=True):
+        assert record[0]["mean"] == pytest.approx(output.double().mean().item(), rel=1e-6, abs=1e-9)
+
+
 def test_without_a_budget_every_batch_is_observed_as_fastai() -> None:
     model = nn.Sequential(nn.Linear(3, 2))
     stats = ActivationStats(budget=None)

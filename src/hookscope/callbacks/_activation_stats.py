@@ -149,6 +149,8 @@ class ActivationStats(HookCallback):
         self._warned = False
         self._traced: list[tuple[int, torch.Tensor]] = []  # outputs handed over by hooks traced by torch.compile
         self._filled: set[int] = set()  # records something was kept in
+        self._stretch = (0, 0)  # (first batch, count) of a stretch of batches left alone (`Budget.stretch`)
+        self._stretch_left = 0  # its batches still to begin
 
     def _new_table(self) -> RecordTable:
         return RecordTable(
@@ -211,10 +213,16 @@ class ActivationStats(HookCallback):
         if self.every is not None and batch % self.every != 0:
             return
         timer = self._timer
+        if timer is not None and self._in_stretch(timer):
+            return
         if timer is not None and not timer.begin(batch):  # left alone: the hooks are off the modules
             if self.is_registered:
                 with timer.timed():
                     self.pause()
+            else:  # left alone after a batch left alone: the next ones may be foreseen, and only counted
+                count = timer.stretch(batch) - 1
+                if count >= 2:
+                    self._stretch, self._stretch_left = (batch + 1, count), count
             return
         if self._records >= self.capacity:
             self._drop()
@@ -230,6 +238,29 @@ class ActivationStats(HookCallback):
         if timer is not None:
             self.register()  # back on the modules after batches left alone
             timer.add_own(time.perf_counter() - start)
+
+    def _in_stretch(self, timer: Budget) -> bool:
+        """Whether this batch is one of a stretch of batches left alone: counted, nothing else. The two root hooks
+        (`ForwardFrames`) are off the model from its first batch to its last, whose end puts them back for the
+        batch after it; that batch counts the stretch's time (`Budget.stretch_ended`)."""
+        first, count = self._stretch
+        left = self._stretch_left
+        if not left:
+            if count:  # the stretch ended with the batch before this one
+                timer.stretch_ended(first, count)
+                self._stretch = (0, 0)
+            return False
+        if left == count:  # its first batch: the batch before it ends now, and the root hooks come off
+            timer.end()
+            for handle in self._frame_handles:
+                handle.pause()
+            if self._frames is not None:
+                self._frames.drop_current()  # this forward's frame: the paused hook will not close it
+        self._stretch_left = left = left - 1
+        if not left:  # its last batch: the root hooks go back on (this forward's end closes no frame)
+            for handle in self._frame_handles:
+                handle.resume()
+        return True
 
     @contained
     def on_batch_end(self, batch: int) -> None:

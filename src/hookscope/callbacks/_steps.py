@@ -133,6 +133,13 @@ class ForwardFrames:
         stack: list[Frame] | None = getattr(self._local, "stack", None)
         return stack[-1] if stack else None
 
+    def drop_current(self) -> None:
+        """Forget the innermost root forward of this thread: its owner took the two hooks off the model while it
+        ran (`HookHandle.pause`, from a forward pre-hook of the root), so its end will not be seen."""
+        stack: list[Frame] | None = getattr(self._local, "stack", None)
+        if stack:
+            stack.pop()
+
     def _enter(self, module: nn.Module, args: Any) -> None:
         # equivalent mutant `or -> and`: the condition is false whenever this hook runs (it sits on the root alone,
         # placed after `_root` is set), so either operator gives false
