@@ -338,6 +338,30 @@ def test_a_stretch_of_batches_left_alone_runs_with_the_batch_counting_hook_alone
         assert record[0]["mean"] == pytest.approx(output.double().mean().item(), rel=1e-6, abs=1e-9)
 
 
+def test_closing_a_record_is_counted_as_its_cost(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hookscope.callbacks import _budget
+
+    now = [0.0]
+    monkeypatch.setattr(_budget.time, "perf_counter", lambda: now[0])
+    original = ActivationStats._close
+
+    def slow_close(self: ActivationStats) -> None:
+        if self._row >= 0:
+            now[0] += 1.0  # closing an observed batch's record (and describing the waiting ones) takes 1 s
+        original(self)
+
+    monkeypatch.setattr(ActivationStats, "_close", slow_close)
+    model = nn.Sequential(nn.Linear(3, 2))
+    stats = ActivationStats()
+    with stats.attach(model):
+        for _ in range(4):
+            now[0] += 0.01
+            model(torch.randn(4, 3)).sum().backward()
+    timer = stats._timer
+    assert timer is not None and len(stats.batches) == 4  # the warm-up: every batch observed
+    assert timer.own == pytest.approx(3.0)  # the three records closed by the next batch: its own time
+
+
 def test_without_a_budget_every_batch_is_observed_as_fastai() -> None:
     model = nn.Sequential(nn.Linear(3, 2))
     stats = ActivationStats(budget=None)

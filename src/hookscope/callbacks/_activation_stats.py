@@ -265,7 +265,14 @@ class ActivationStats(HookCallback):
     @contained
     def on_batch_end(self, batch: int) -> None:
         """Close the open record (its small outputs wait to be described with later ones)."""
-        self._close()
+        if self._stretch[1] and self._row < 0:  # a batch of a stretch left alone, or the one before: no record
+            return
+        timer = self._timer
+        if timer is not None and self._row >= 0:
+            with timer.timed():  # closing a record, and describing the waiting ones, is its cost too
+                self._close()
+        else:
+            self._close()
         self._row, self._recording = -1, False
         super().on_batch_end(batch)
 
