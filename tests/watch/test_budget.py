@@ -595,3 +595,17 @@ def test_a_resumed_run_goes_on_with_the_budget_it_saved(tmp_path: Path) -> None:
     measured = resumed.results().meta["measured"]
     assert measured["steps"] == 50  # counted over the whole run, not from the resume
     assert resumed.stepper.budget.total > saved["total"]
+
+
+def test_a_state_saved_inside_a_stretch_counts_its_steps_so_far(monkeypatch: pytest.MonkeyPatch) -> None:
+    schedule(monkeypatch, {0, 1, 30})
+    model = nn.Sequential(nn.Linear(4, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    with watch(model, optimizer) as w:
+        for _ in range(20):  # steps 3 to 29 are one stretch
+            optimizer.zero_grad()
+            model(torch.randn(8, 4)).square().mean().backward()
+            optimizer.step()
+        state = w.state_dict()
+        assert ours_on(model) == 0  # still inside it: nothing of the watch's on the model
+    assert state["budget"]["steps"] == 20 and state["optimizer_steps"] == 20

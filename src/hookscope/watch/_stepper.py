@@ -432,6 +432,7 @@ class Stepper:
     # ---- state -----------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """The counters, labels, first non-finite values and kept steps (the table as `Chunk` fields)."""
+        self.settle_stretch()  # the budget's counts include the steps of a stretch that ended so far
         state = self.state
         saved: dict[str, Any] = {name: getattr(state, name) for name in _COUNTERS}
         saved.update(warned_unobserved=self._warned_unobserved, skipped=list(state.skipped))
