@@ -38,8 +38,6 @@ def register_optimizer_hook(
         ValueError: `kind` is neither `"step_pre"` nor `"step_post"`.
     """
     check_callable("hook", hook, 3, "hook(optimizer, args, kwargs) -> None")
-    if kind not in _STEP_KINDS:
-        raise ValueError(f"kind must be 'step_pre' or 'step_post', got {kind!r}")
     hook = CalledHook(hook, errors, f"optimizer {kind} hook {hook_name(hook)} on {type(optimizer).__name__}")
     placement = _OptimizerPlacement(optimizer, kind, hook)
     placement.place()

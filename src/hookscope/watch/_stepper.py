@@ -128,8 +128,7 @@ class Stepper:
         state = self.state
         state.batches += 1
         if self.is_dormant:  # left alone until the next optimizer step: open its step, nothing else
-            if state.optimizer_steps != state.step or not state.is_open:
-                self._begin_step(state.optimizer_steps)
+            self._ensure_step()
             state.recording = state.checking_now = False
             state.skipping = True
             return
@@ -180,7 +179,7 @@ class Stepper:
     def optimizer_step_ended(self, optimizer: torch.optim.Optimizer) -> None:
         """Record the update ratios and count the step."""
         if self._stretch_left:  # a stretch of steps left alone: count the step, nothing else
-            if self._optimizer is None or self._optimizer() is optimizer:
+            if self.is_ours(optimizer):
                 self._count_step()
             return
         recorder = self.recorder
