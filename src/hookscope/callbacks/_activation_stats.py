@@ -18,7 +18,7 @@ from ..hooks import HookHandle
 from ..hooks._calls import HookErrors, contained
 from ..hooks._guards import check_real_device
 from ..hooks._select import Selector
-from ..hooks._tree import is_plain, tensor_leaves
+from ..hooks._tree import first_float, is_plain
 from ..stats._describe import describe
 from ..stats._histogram import EXPONENT_NONE, auto_edges, check_bins, check_range, fixed_edges, on_widest_range
 from ..stats._record import RECORD, STATISTICS, finalize
@@ -301,7 +301,7 @@ class ActivationStats(HookCallback):
 
     def hook(self, m: nn.Module, i: Any, o: Any) -> Any:
         """Return `{'mean', 'std', 'near_zero'}` (0-d float64 tensors on the output's device) of `o`."""
-        x = _first_float(o)
+        x = first_float(o)
         if x is None:
             return None
         values = dict(zip(STATISTICS, finalize(describe(x, Spec(self.near_zero, signed=True)).record), strict=True))
@@ -312,7 +312,7 @@ class ActivationStats(HookCallback):
 
         def hook_fn(module: nn.Module, inputs: Any, output: Any) -> None:
             if torch.compiler.is_compiling():  # traced: read one flag, append to one list, nothing else
-                x = _first_float(output)
+                x = first_float(output)
                 if self._recording and x is not None and x.numel():
                     self._traced.append((index, x.detach().to(torch.float32, copy=True)))
             elif module is ref():  # not a deepcopy of the model, which shares the hooks
@@ -345,7 +345,7 @@ class ActivationStats(HookCallback):
         """Read an output (a copy when small; its sums and a sample, or every value, when large: in cache,
         before in-place ops change it) and return what to keep (`_keep`)."""
         row, table = self._row, self._table
-        x = output if type(output) is torch.Tensor else _first_float(output)
+        x = output if type(output) is torch.Tensor else first_float(output)
         if row < 0 or table is None or x is None or not x.is_floating_point() or x.numel() == 0 or not is_plain(x):
             return None
         x = x.detach()
@@ -531,10 +531,3 @@ class ActivationStats(HookCallback):
                 if table.hists is not None and table.exponents is not None and "hists" in tensors:
                     table.hists[:records] = tensors["hists"]
                     table.exponents[:records] = tensors["exponents"]
-
-
-def _first_float(output: Any) -> torch.Tensor | None:
-    for _, tensor in tensor_leaves(output):
-        if tensor.is_floating_point():
-            return tensor
-    return None

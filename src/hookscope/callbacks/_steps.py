@@ -99,18 +99,19 @@ class ForwardFrames:
 
     Args:
         train_only: As `uncounted`.
-        on_exit: Called with each closed frame and whether its forward completed.
+        on_exit: Called with each closed frame and whether its forward completed; several (a tuple) are called in
+            order, each for its own part (the watch's recorder keeps what its hooks staged, its stepper counts).
         on_enter: Called with each frame opened, if given.
     """
 
     def __init__(
         self,
         train_only: bool,
-        on_exit: Callable[[Frame, bool], None],
+        on_exit: Callable[[Frame, bool], None] | tuple[Callable[[Frame, bool], None], ...],
         on_enter: Callable[[Frame], None] | None = None,
     ) -> None:
         self.train_only = train_only
-        self._on_exit = on_exit
+        self._on_exit = on_exit if isinstance(on_exit, tuple) else (on_exit,)
         self._on_enter = on_enter
         self._local = threading.local()
         self._root: weakref.ref[nn.Module] | None = None
@@ -164,4 +165,5 @@ class ForwardFrames:
         # equivalent mutant `1 -> 2` (occurrence 1): `sys.exc_info()` is all None or all set, so [2] is None when [1] is
         # equivalent mutant `1 -> 0` (occurrence 1): as above, for [0]
         raised = output is None and sys.exc_info()[1] is not None and sys.exc_info()[1] is not frame._outer
-        self._on_exit(frame, not raised)
+        for on_exit in self._on_exit:
+            on_exit(frame, not raised)

@@ -11,12 +11,22 @@ from typing import Any
 
 import torch
 
-__all__ = ["is_plain", "map_tensors", "tensor_leaves"]
+__all__ = ["first_float", "is_plain", "map_tensors", "tensor_leaves"]
 
 
 def is_plain(tensor: torch.Tensor) -> bool:
     """Whether statistics can read `tensor` as it is: a strided (dense) tensor, not sparse, not nested."""
     return tensor.layout == torch.strided and not tensor.is_nested
+
+
+def first_float(output: Any) -> torch.Tensor | None:
+    """Return the first floating-point tensor in `output` (a tensor or nested container), or `None`."""
+    if type(output) is torch.Tensor:
+        return output if output.is_floating_point() else None
+    for _, tensor in tensor_leaves(output):
+        if tensor.is_floating_point():
+            return tensor
+    return None
 
 
 def tensor_leaves(value: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]:

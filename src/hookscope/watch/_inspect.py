@@ -1,19 +1,16 @@
-"""What `watch()` reads from modules and their outputs besides statistics: the tensor to describe, a saturating
-activation's bounds, and identical units in a layer's weights. Every statistic is the engine's (`hookscope.stats`).
+"""What `watch()` reads from modules besides statistics: a saturating activation's bounds, and identical units in a
+layer's weights. Every statistic is the engine's (`hookscope.stats`).
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import torch
 import torch.nn as nn
 
 from .._check import FINITE, NON_NEGATIVE, checked
-from ..hooks._tree import tensor_leaves
 from ..stats._dtensor import is_dtensor
 
-__all__ = ["first_float", "identical_units", "saturation_bounds"]
+__all__ = ["identical_units", "saturation_bounds"]
 
 _SATURATING: dict[type[nn.Module], tuple[float, float]] = {
     nn.Tanh: (-1.0, 1.0),
@@ -21,16 +18,6 @@ _SATURATING: dict[type[nn.Module], tuple[float, float]] = {
     nn.Sigmoid: (0.0, 1.0),
     nn.Hardsigmoid: (0.0, 1.0),
 }
-
-
-def first_float(output: Any) -> torch.Tensor | None:
-    """Return the first floating-point tensor in `output` (a tensor or nested container), or `None`."""
-    if type(output) is torch.Tensor:
-        return output if output.is_floating_point() else None
-    for _, tensor in tensor_leaves(output):
-        if tensor.is_floating_point():
-            return tensor
-    return None
 
 
 def saturation_bounds(module: nn.Module) -> tuple[float, float] | None:

@@ -41,13 +41,13 @@ from ..callbacks._budget import Budget
 from ..callbacks._steps import ForwardFrames, Frame, uncounted
 from ..hooks import HookHandle, register_module_hook
 from ..hooks._calls import CalledHook, HookErrors
-from ..hooks._tree import is_plain
+from ..hooks._tree import first_float, is_plain
 from ..stats._norms import combine_norms, norm_of
 from ..stats._units import unit_dims
 from ._attention import AttentionRecorder
 from ._buffers import StepBuffers
 from ._entry import GradHook, Staged, hook_grads, no_label, plain_grad, staged
-from ._inspect import first_float, saturation_bounds
+from ._inspect import saturation_bounds
 from ._options import WatchOptions
 from ._params import ParamRecorder
 from ._residual import ResidualRecorder
@@ -263,18 +263,19 @@ class Recorder:
         if not frame.items:
             return
         staged: Staged = frame.items[0]
-        if not completed:
-            self.drop("raised", staged.calls)
-            return
-        if staged.acts:
-            # The step it began in, or the open one when that step's row was taken meanwhile (threads).
-            row = staged.row if self.buffers.is_live(staged.row) else self.state.row
-            if row < 0:
-                self.drop("outside_step", staged.calls)
+        with self.lock:
+            if not completed:
+                self.drop("raised", staged.calls)
                 return
-            for item in staged.acts:
-                self.buffers.acts.commit(item, row)
-        self.checks.extend(staged.checks)
+            if staged.acts:
+                # The step it began in, or the open one when that step's row was taken meanwhile (threads).
+                row = staged.row if self.buffers.is_live(staged.row) else self.state.row
+                if row < 0:
+                    self.drop("outside_step", staged.calls)
+                    return
+                for item in staged.acts:
+                    self.buffers.acts.commit(item, row)
+            self.checks.extend(staged.checks)
 
     def _rank(self, direction: int, index: int) -> None:
         ranked = self._ranked[direction]
@@ -287,7 +288,9 @@ class Recorder:
         self._rank(0, index)
         if staged is not None:
             staged.calls += 1
-        x = first_float(output) if self._capture else None
+        x = (output if type(output) is torch.Tensor else first_float(output)) if self._capture else None
+        if x is not None and not x.is_floating_point():  # a bare integer tensor: nothing to describe
+            x = None
         if x is not None and not is_plain(x):
             self.drop("unsupported_layout")
             x = None

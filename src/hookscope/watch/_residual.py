@@ -19,8 +19,8 @@ import torch.nn as nn
 from ..callbacks._steps import ForwardFrames, uncounted
 from ..hooks import HookHandle, register_module_hook
 from ..hooks._calls import HookErrors
+from ..hooks._tree import first_float
 from ..stats._attention import describe_residual
-from ._inspect import first_float
 from ._step import StepState
 
 __all__ = ["ResidualRecorder", "ResidualTable", "repeated_blocks"]

@@ -271,16 +271,14 @@ class Stepper:
             state.recording = state.checking_now = state.skipping = False
 
     def frame_ended(self, frame: Frame, completed: bool) -> None:
-        """A root forward ended: keep what it recorded if it completed (`Recorder.commit`); one that raised was
-        no training batch (without an optimizer, the step it began goes on with the next forward)."""
-        recorder = self.recorder
-        if recorder is None:
+        """A root forward ended (after `Recorder.commit` kept what it recorded): the flags set aside for it come
+        back; one that raised was no training batch (without an optimizer, the step it began goes on with the next
+        forward)."""
+        if self.recorder is None:
             return
         with self._lock:
             if frame.saved is not None:
                 self.state.recording, self.state.checking_now, self.state.skipping = frame.saved
-            if frame.items:
-                recorder.commit(frame, completed)
             if not completed and frame.reason is None:
                 self.state.batches -= 1
 

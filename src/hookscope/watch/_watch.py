@@ -203,7 +203,9 @@ class Watch(Callback):
         if state is not None:
             self._apply_state(state)
         recorder.lock, recorder.errors, recorder.label = self._lock, self.errors, self.stepper.label
-        frames = ForwardFrames(self.options.train_only, self.stepper.frame_ended, self.stepper.frame_began)
+        ends = (recorder.commit, self.stepper.frame_ended)  # the recorder keeps what the forward staged, then the
+        # stepper counts it
+        frames = ForwardFrames(self.options.train_only, ends, self.stepper.frame_began)
         recorder.frames = frames
         recorder.register(model)
         self._frame_handles = frames.register(model, owner=self, tags=("watch",), errors=self.errors)
