@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.nn as nn
@@ -18,7 +18,7 @@ from ..hooks._guards import check_hookable
 from ..hooks._tree import tensor_leaves
 from ._steps import uncounted
 
-__all__ = ["Callback", "LoopDriver"]
+__all__ = ["BatchCount", "BatchNumbers", "Callback", "LoopDriver"]
 
 
 class Callback:
@@ -38,7 +38,7 @@ class Callback:
         """Stop observing (remove hooks, flush); `error` is the exception that ended the run, if any."""
 
     def on_batch_start(self, batch: int) -> None:
-        """Begin training batch number `batch` (counted from 0 over the run)."""
+        """Begin training batch number `batch` (counted from 0 over the run, once: see `BatchNumbers`)."""
 
     def on_batch_end(self, batch: int) -> None:
         """End training batch number `batch`; its forward, backward and optimizer step are done."""
@@ -51,6 +51,11 @@ class Callback:
 
     def after_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """React to `optimizer` having updated the parameters."""
+
+    def batch_count(self) -> BatchCount | None:
+        """The run's count of training batches, when this callback keeps it (`watch()`: its step state); `None`
+        (the default) otherwise. A driver numbers its batches by the first of its callbacks that keeps one."""
+        return None
 
     def state_dict(self) -> dict[str, Any]:
         """Return the state needed to resume (counters, collected data); empty by default."""
@@ -81,6 +86,44 @@ class Callback:
 hint_for(Callback, "hookscope Callback objects: ActivationStats, HookCallback, Watch or a subclass of Callback")
 
 
+class BatchCount(Protocol):
+    """The run's count of training batches begun, as a callback keeps it (`watch()`'s `StepState`)."""
+
+    batches: int
+
+
+class BatchNumbers:
+    """The number of each training batch a driver emits (`LoopDriver`, the trainer integrations' relay).
+
+    A run counts its batches once: where one of the driver's callbacks keeps the count (`Callback.batch_count`:
+    `watch()`'s step state, written by its stepper alone), the driver follows it, so every callback sees the
+    number the watch gives the batch (a forward that raised is no batch; the batches of steps the watch leaves
+    alone are counted); otherwise the driver counts them itself.
+
+    Args:
+        callbacks: The driver's callbacks.
+    """
+
+    def __init__(self, callbacks: Iterable[Callback]) -> None:
+        self.opened = -1  # the number `begin` gave last (its batch's `on_batch_end` carries it too)
+        self._kept = next((count for count in (c.batch_count() for c in callbacks) if count is not None), None)
+
+    @property
+    def current(self) -> int:
+        """The number of the open (or last) training batch (-1: none yet), counting those the driver did not
+        see (a watch leaving steps alone counts one batch a step)."""
+        return self.opened if self._kept is None else self._kept.batches - 1
+
+    def begin(self) -> int:
+        """Number the batch that begins now (the keeper counts it when told, in `on_batch_start`)."""
+        self.opened = self.opened + 1 if self._kept is None else self._kept.batches
+        return self.opened
+
+    def restore(self, current: int) -> None:
+        """Go on from batch `current` (a saved run); a kept count is restored by its keeper."""
+        self.opened = current
+
+
 class LoopDriver:
     """Emit `Callback` events from a plain training loop, through hooks on the root model and the optimizer.
 
@@ -91,7 +134,8 @@ class LoopDriver:
     root output completes; `before/after_optimizer_step` fire around `optimizer.step()` when an optimizer is given
     (the forwards and backwards of a closure run between them). `on_fit_start` runs now; `detach()` (or leaving the
     `with` block) runs `on_fit_end`, also when the block raises, and removes the driver's hooks. The hooks hold
-    the driver, not the model; a pickled or deep-copied model carries none of them.
+    the driver, not the model; a pickled or deep-copied model carries none of them. The batches are numbered by
+    the run's one count (`BatchNumbers`): a watch's, when one is among `callbacks`, else the driver's.
 
     Args:
         callbacks: The callbacks to drive, in event order.
@@ -118,7 +162,7 @@ class LoopDriver:
         for callback in self.callbacks:
             if not isinstance(callback, Callback):
                 raise TypeError(f"callbacks must be hookscope Callback objects, got {type(callback).__name__}")
-        self.batch = -1
+        self._numbers = BatchNumbers(self.callbacks)
         self.is_batch_open = False
         self.train_only = train_only
         self._handles: list[HookHandle] = []
@@ -150,6 +194,12 @@ class LoopDriver:
             self._inside_steps.append(backward_hook)
         if optimizer is not None:
             self.add_optimizer(optimizer)
+
+    @property
+    def batch(self) -> int:
+        """The number of the open (or last) training batch, from 0 over the run (-1: none yet); see
+        `BatchNumbers`."""
+        return self._numbers.current
 
     def follow_inside_steps(self, follow: bool) -> None:
         """Stop (`False`) or resume (`True`) emitting the events inside a step, `after_backward` and
@@ -189,10 +239,10 @@ class LoopDriver:
         with self._lock:
             self.end_batch()
             if reason is None:
-                self.batch += 1
+                batch = self._numbers.begin()
                 self.is_batch_open = True
                 for callback in self.callbacks:
-                    callback.on_batch_start(self.batch)
+                    callback.on_batch_start(batch)
 
     def _forward(self, module: nn.Module, args: Any, output: Any) -> None:
         if not self.is_batch_open or module is not self._model() or uncounted(module, self.train_only):
@@ -225,7 +275,7 @@ class LoopDriver:
         if self.is_batch_open:
             self.is_batch_open = False
             for callback in self.callbacks:
-                callback.on_batch_end(self.batch)
+                callback.on_batch_end(self._numbers.opened)
 
     def detach(self, error: BaseException | None = None) -> None:
         """End the open batch, run `on_fit_end` and remove the driver's hooks; calling it again does nothing.

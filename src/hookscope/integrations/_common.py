@@ -1,5 +1,5 @@
-"""What both trainer integrations share: the callbacks they drive, a batch counter, exception-safe ends, and the
-loss of each step.
+"""What both trainer integrations share: the callbacks they drive, the numbers of their batches, exception-safe
+ends, and the loss of each step.
 
 The loss of a step is the sum of the losses its backwards used: trainers divide each micro-batch's loss by the
 number of micro-batches of gradient accumulation before `backward`, so the sum over a step's micro-batches is the
@@ -13,14 +13,14 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from ..callbacks._base import Callback
+from ..callbacks._base import BatchNumbers, Callback
 from ..hooks import HookHandle, register_optimizer_hook
 
 __all__ = ["EventRelay"]
 
 
 class EventRelay:
-    """Forward trainer events to hookscope callbacks, counting training batches over the whole run."""
+    """Forward trainer events to hookscope callbacks, numbering training batches over the whole run."""
 
     def __init__(self, callbacks: tuple[Callback, ...], owner: str) -> None:
         if not callbacks:
@@ -32,7 +32,7 @@ class EventRelay:
                     f"got {type(callback).__name__}"
                 )
         self.callbacks = callbacks
-        self.batch = -1
+        self._numbers = BatchNumbers(callbacks)
         self.is_running = False
         self.optimizer: torch.optim.Optimizer | None = None
         self._handles: list[HookHandle] = []
@@ -58,11 +58,17 @@ class EventRelay:
     def _step_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self.after_optimizer_step(optimizer)
 
+    @property
+    def batch(self) -> int:
+        """The number of the open (or last) training batch, from 0 over the run (-1: none yet); a watch among the
+        callbacks keeps the count (`BatchNumbers`)."""
+        return self._numbers.current
+
     def batch_start(self) -> None:
         """Begin the next training batch."""
-        self.batch += 1
+        batch = self._numbers.begin()
         for callback in self.callbacks:
-            callback.on_batch_start(self.batch)
+            callback.on_batch_start(batch)
 
     def add_loss(self, loss: torch.Tensor) -> None:
         """Add `loss` (a loss a backward of this batch used) to the step's loss."""
@@ -82,7 +88,7 @@ class EventRelay:
             self._loss = None
         self._stepped = False
         for callback in self.callbacks:
-            callback.on_batch_end(self.batch)
+            callback.on_batch_end(self._numbers.opened)
 
     def after_backward(self) -> None:
         """Relay `after_backward`."""
@@ -116,7 +122,8 @@ class EventRelay:
             raise failure
 
     def state_dict(self) -> dict[str, Any]:
-        """The batch counter and each callback's state."""
+        """The number of the last batch (followed from a watch among the callbacks, when one keeps the count) and each
+        callback's state."""
         return {"batch": self.batch, "callbacks": [c.state_dict() for c in self.callbacks]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -128,6 +135,6 @@ class EventRelay:
         states = state.get("callbacks", [])
         if len(states) != len(self.callbacks):
             raise ValueError(f"state must hold {len(self.callbacks)} callback states, got {len(states)}")
-        self.batch = int(state.get("batch", -1))
+        self._numbers.restore(int(state.get("batch", -1)))
         for callback, callback_state in zip(self.callbacks, states, strict=True):
             callback.load_state_dict(callback_state)

@@ -92,11 +92,11 @@ class HookscopeLightningCallback(pl.Callback):
             self.relay.fit_end(exception)
 
     def state_dict(self) -> dict[str, Any]:
-        """The batch counter and the callbacks' states (saved in Lightning checkpoints)."""
+        """The last batch's number and the callbacks' states (saved in Lightning checkpoints)."""
         return self.relay.state_dict()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore the batch counter and the callbacks' states from a checkpoint."""
+        """Restore the last batch's number and the callbacks' states from a checkpoint."""
         self.relay.load_state_dict(state_dict)
 
 

@@ -29,6 +29,7 @@ from ._residual import repeated_blocks
 from ._scaler import GradScalerSteps, check_scaler
 from ._selection import ACTIVATION_TYPES, default_selection, default_selector
 from ._state import check_fits, check_state, state_of, stepper_state
+from ._step import StepState
 from ._stepper import Stepper
 
 __all__ = ["ACTIVATION_TYPES", "Watch", "default_selector"]
@@ -210,6 +211,10 @@ class Watch(Callback):
         recorder.register(model)
         self._frame_handles = frames.register(model, owner=self, tags=("watch",), errors=self.errors)
         self._attached = True
+
+    def batch_count(self) -> StepState:
+        """The watch keeps the run's count of training batches (its step state): the driver follows it."""
+        return self.stepper.state
 
     @contained
     def on_batch_start(self, batch: int) -> None:
