@@ -87,9 +87,10 @@ hint_for(Callback, "hookscope Callback objects: ActivationStats, HookCallback, W
 
 
 class BatchCount(Protocol):
-    """The run's count of training batches begun, as a callback keeps it (`watch()`'s `StepState`)."""
+    """The run's count of training batches begun, as a callback keeps it (`watch()`'s stepper)."""
 
-    batches: int
+    @property
+    def batches(self) -> int: ...
 
 
 class BatchNumbers:
@@ -168,6 +169,7 @@ class LoopDriver:
         self._handles: list[HookHandle] = []
         self._inside_steps: list[HookHandle] = []  # the hooks of `after_backward` and `before_optimizer_step`
         # (paused while the events inside a step are not followed)
+        self.steps_to_skip = 0  # optimizer steps still to let pass without an event (`skip_steps`)
         self._started: list[Callback] = []
         self._detached = False
         self._lock = threading.RLock()  # forwards from several threads begin and end batches one at a time
@@ -222,6 +224,13 @@ class LoopDriver:
         else:
             self._batch_hook.pause()
 
+    def skip_steps(self, count: int) -> None:
+        """Let the next `count` optimizer steps pass without an event: the step post-hook counts them down
+        (`steps_to_skip`), and the step after them is emitted as usual. A callback that leaves a stretch of steps
+        alone (`watch()` under its budget, with the batches and the events inside steps already unfollowed)
+        counts them from `steps_to_skip` when it needs to; it is the one callback of its driver."""
+        self.steps_to_skip = count
+
     def add_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Emit `before/after_optimizer_step` around the steps of `optimizer` from now on."""
         tags = ("LoopDriver",)
@@ -267,6 +276,9 @@ class LoopDriver:
             callback.before_optimizer_step(optimizer)
 
     def _step_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if self.steps_to_skip:
+            self.steps_to_skip -= 1
+            return
         for callback in self.callbacks:
             callback.after_optimizer_step(optimizer)
 

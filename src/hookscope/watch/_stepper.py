@@ -13,7 +13,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.nn as nn
@@ -34,6 +34,14 @@ from ._step import StepState
 from ._store import SeriesStore
 
 __all__ = ["Stepper"]
+
+
+class StepSkipper(Protocol):
+    """What lets the steps of a stretch pass without an event: the watch's own loop driver (`LoopDriver`)."""
+
+    steps_to_skip: int
+
+    def skip_steps(self, count: int) -> None: ...
 
 
 _COUNTERS = ("batches", "optimizer_steps", "step", "recorded")
@@ -88,7 +96,9 @@ class Stepper:
         # their order was not known yet: (optimizer steps done then, value)
         self._seen_whole = False  # every loss logged between two optimizer steps was seen at least once
         self._stretch = (0, 0)  # (first step, count) of the steps left alone followed by a count alone
-        self._stretch_left = 0  # the steps of the stretch still to end
+        self._stretch_left = 0  # the steps of the stretch not counted yet
+        self.skipper: StepSkipper | None = None  # the watch's own loop driver: it lets the steps of a stretch
+        # pass without an event, but the last
         self._followed_since = False  # the batches are followed since the last optimizer step
         self._checks_skipped = options.checks_skipped_steps
 
@@ -101,6 +111,7 @@ class Stepper:
         self.is_dormant, self.follows_batches = False, True  # the hooks of a new attachment are all on the model
         self._loss_order, self._seen_whole, self._followed_since = None, False, False  # perhaps another loop
         self._stretch, self._stretch_left = (0, 0), 0
+        self.skipper = None  # set by `Watch.attach` for its own driver, after this
         self._model = weakref.ref(model)
         self._optimizer = None if optimizer is None else weakref.ref(optimizer)
 
@@ -180,7 +191,7 @@ class Stepper:
         """Record the update ratios and count the step."""
         if self._stretch_left:  # a stretch of steps left alone: count the step, nothing else
             if self.is_ours(optimizer):
-                self._count_step()
+                self._count_stretch(self._stretch_left - self._steps_to_skip() if self.skipper is not None else 1)
             return
         recorder = self.recorder
         if recorder is None or not self.is_ours(optimizer):
@@ -215,20 +226,39 @@ class Stepper:
                 self.losses.take()
         self._decide_next_step()
 
-    def _count_step(self) -> None:
-        """A step of the stretch ended: count it (the losses logged next go one step further); at the stretch's
-        end, count its time (`Budget.stretch_ended`) and decide the next step."""
+    def _count_stretch(self, ended: int) -> None:
+        """`ended` more steps of the stretch ended: count them (the losses logged next go that many steps
+        further); at the stretch's end, count its time (`Budget.stretch_ended`) and decide the next step."""
         state = self.state
-        state.optimizer_steps += 1
-        state.batches += 1  # not seen: one batch a step
-        state.step += 1
-        self._stretch_left -= 1
+        state.optimizer_steps += ended
+        state.batches += ended  # not seen: one batch a step
+        state.step += ended
+        self._stretch_left -= ended
         if not self._stretch_left:
             self.budget.stretch_ended(*self._stretch)
             self._decide_next_step()
 
+    def _steps_to_skip(self) -> int:
+        return self.skipper.steps_to_skip if self.skipper is not None else 0
+
+    def catch_up(self) -> None:
+        """Count the steps of a stretch that the loop driver let pass since they were last counted (before a
+        loss is placed, the counts are read or saved): the driver counts them, the state is brought up to it."""
+        if self._stretch_left and self.skipper is not None:
+            ended = self._stretch_left - 1 - self.skipper.steps_to_skip  # the stretch's last step has its event
+            if ended:
+                self._count_stretch(ended)
+
+    @property
+    def batches(self) -> int:
+        """The training batches begun over the run (`StepState.batches`, with the steps of a stretch that passed
+        counted): the run's count that its loop drivers follow (`Watch.batch_count`)."""
+        self.catch_up()
+        return self.state.batches
+
     def settle_stretch(self) -> None:
         """Count the time of the steps of the stretch that ended so far (the run ends, or its results are read)."""
+        self.catch_up()
         first, count = self._stretch
         done = count - self._stretch_left
         if self._stretch_left and done:
@@ -262,6 +292,8 @@ class Stepper:
                 count = self.budget.stretch(state.optimizer_steps)
                 if count > 1:
                     self._stretch, self._stretch_left = (state.optimizer_steps, count), count
+                    if self.skipper is not None:
+                        self.skipper.skip_steps(count - 1)  # the last one's event ends the stretch
 
     def frame_began(self, frame: Frame) -> None:
         """A root forward that is not part of a step began: traced (compiled) hooks record nothing during it."""
@@ -289,6 +321,7 @@ class Stepper:
         if recorder is None:
             return
         value = loss.detach().double().mean() if isinstance(loss, torch.Tensor) else torch.tensor(float(loss))
+        self.catch_up()
         if not self.follows_batches and self._loss_order is None:
             self._unplaced.append((state.optimizer_steps, value))  # placed once the order is learned
             return

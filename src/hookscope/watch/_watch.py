@@ -29,7 +29,6 @@ from ._residual import repeated_blocks
 from ._scaler import GradScalerSteps, check_scaler
 from ._selection import ACTIVATION_TYPES, default_selection, default_selector
 from ._state import check_fits, check_state, state_of, stepper_state
-from ._step import StepState
 from ._stepper import Stepper
 
 __all__ = ["ACTIVATION_TYPES", "Watch", "default_selector"]
@@ -87,6 +86,7 @@ class Watch(Callback):
         optimizer = optimizer if optimizer is not None else _alive(self._optimizer_ref)
         self._driver = LoopDriver([self], model, optimizer, train_only=self.options.train_only)
         self.stepper.dormancy = self._set_dormant
+        self.stepper.skipper = self._driver  # it drives the watch alone: it may let a stretch's steps pass
         return self._driver
 
     def attach_optimizer(self, optimizer: torch.optim.Optimizer, *, after_step: bool = False) -> None:
@@ -212,9 +212,9 @@ class Watch(Callback):
         self._frame_handles = frames.register(model, owner=self, tags=("watch",), errors=self.errors)
         self._attached = True
 
-    def batch_count(self) -> StepState:
-        """The watch keeps the run's count of training batches (its step state): the driver follows it."""
-        return self.stepper.state
+    def batch_count(self) -> Stepper:
+        """The watch keeps the run's count of training batches (its stepper's `StepState`): drivers follow it."""
+        return self.stepper
 
     @contained
     def on_batch_start(self, batch: int) -> None:
