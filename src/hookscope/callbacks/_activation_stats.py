@@ -6,6 +6,7 @@ import math
 import threading
 import time
 import warnings
+import weakref
 from typing import Any
 
 import torch
@@ -26,6 +27,7 @@ from ..stats._sample import Sampler
 from ..stats._spec import Spec
 from ..stats._tables import SMALL_BELOW, RecordTable
 from ._activation_state import STATE
+from ._base import LoopDriver
 from ._budget import Budget, check_budget
 from ._hook_callback import HookCallback, HookFunction
 from ._steps import ForwardFrames, Frame, uncounted
@@ -135,6 +137,8 @@ class ActivationStats(HookCallback):
         self._lock = threading.RLock()  # hooks from several threads record one at a time
         self._frames: ForwardFrames | None = None
         self._frame_handles: list[HookHandle] = []
+        self._driver: weakref.ref[LoopDriver] | None = None  # its own loop driver (`attach`), which lets the
+        # middle batches of a stretch pass without an event
         self._reset()
 
     def _reset(self) -> None:
@@ -161,6 +165,12 @@ class ActivationStats(HookCallback):
             sampler=None if self.exact else Sampler(),
         )
 
+    def attach(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> LoopDriver:
+        """Record the batches of a plain training loop over `model`: see `Callback.attach`."""
+        driver = super().attach(model, optimizer)
+        self._driver = weakref.ref(driver)  # it drives this callback alone (set after `on_fit_start`)
+        return driver
+
     def on_fit_start(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> None:
         """Start a new set of records (as fastai) and resolve the modules.
 
@@ -168,6 +178,7 @@ class ActivationStats(HookCallback):
             ValueError: `model` is on the meta device.
         """
         check_real_device(model, "model")
+        self._driver = None  # `attach` sets its own driver once it started; any other driver drives others too
         self._reset()
         self.dropped = 0
         self.dropped_reasons = {}
@@ -256,6 +267,10 @@ class ActivationStats(HookCallback):
                 handle.pause()
             if self._frames is not None:
                 self._frames.drop_current()  # this forward's frame: the paused hook will not close it
+            driver = None if self._driver is None else self._driver()
+            if driver is not None and count > 2:  # its middle batches pass its own driver without an event
+                driver.skip_batches(count - 2)
+                left = 2  # its first and last batches are seen
         self._stretch_left = left = left - 1
         if not left:  # its last batch: the root hooks go back on (this forward's end closes no frame)
             for handle in self._frame_handles:

@@ -170,6 +170,7 @@ class LoopDriver:
         self._inside_steps: list[HookHandle] = []  # the hooks of `after_backward` and `before_optimizer_step`
         # (paused while the events inside a step are not followed)
         self.steps_to_skip = 0  # optimizer steps still to let pass without an event (`skip_steps`)
+        self.batches_to_skip = 0  # training batches still to let pass without an event (`skip_batches`)
         self._started: list[Callback] = []
         self._detached = False
         self._lock = threading.RLock()  # forwards from several threads begin and end batches one at a time
@@ -224,6 +225,12 @@ class LoopDriver:
         else:
             self._batch_hook.pause()
 
+    def skip_batches(self, count: int) -> None:
+        """Let the next `count` training batches begin and end without an event: the forward pre-hook numbers them
+        and nothing else (forwards that are no batch are told apart as always). A callback that leaves a stretch of
+        batches alone (`ActivationStats` under its budget) asks for it; it is the one callback of its driver."""
+        self.batches_to_skip = count
+
     def skip_steps(self, count: int) -> None:
         """Let the next `count` optimizer steps pass without an event: the step post-hook counts them down
         (`steps_to_skip`), and the step after them is emitted as usual. A callback that leaves a stretch of steps
@@ -247,7 +254,10 @@ class LoopDriver:
             return
         with self._lock:
             self.end_batch()
-            if reason is None:
+            if reason is None and self.batches_to_skip:  # a batch let pass: numbered, no event
+                self.batches_to_skip -= 1
+                self._numbers.begin()
+            elif reason is None:
                 batch = self._numbers.begin()
                 self.is_batch_open = True
                 for callback in self.callbacks:
