@@ -609,3 +609,37 @@ def test_a_state_saved_inside_a_stretch_counts_its_steps_so_far(monkeypatch: pyt
         state = w.state_dict()
         assert ours_on(model) == 0  # still inside it: nothing of the watch's on the model
     assert state["budget"]["steps"] == 20 and state["optimizer_steps"] == 20
+
+
+def test_the_steps_inside_a_stretch_pass_the_loop_driver_without_reaching_the_watch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Steps 3 to 29 are one stretch (step 2 is left alone after a measured step: timed alone): the loop driver's
+    step post-hook lets all but the last pass (`LoopDriver.skip_steps`), and the counts read meanwhile are right."""
+    schedule(monkeypatch, {0, 1, 30})
+    reached: list[int] = []  # the step count the watch had when its step post-event reached it
+    original = Watch.after_optimizer_step
+
+    def counting(self: Watch, optimizer: torch.optim.Optimizer) -> None:
+        reached.append(self.stepper.state.optimizer_steps)
+        original(self, optimizer)
+
+    monkeypatch.setattr(Watch, "after_optimizer_step", counting)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    numbers = []
+    with watch(model, optimizer) as w:
+        driver = w._driver
+        assert driver is not None
+        for _ in range(33):
+            optimizer.zero_grad()
+            model(torch.randn(8, 4)).square().mean().backward()
+            optimizer.step()
+            numbers.append(driver.batch)  # read inside the stretch too: brought up to date when read
+    # steps 0 to 2, the stretch's last step (29), step 30 (measured), step 31 (after a measured step: timed
+    # alone); step 32 begins the next stretch
+    assert reached == [0, 1, 2, 29, 30, 31]
+    assert numbers == list(range(33))  # one batch a step, numbered as the loop counts them
+    assert w.results().steps.tolist() == [0, 1, 30]
+    assert w.results().meta["measured"]["steps"] == 33
