@@ -1,5 +1,6 @@
 """A run numbers its training batches once: drivers follow the count a watch keeps (its step state), so every
-callback of the run sees the numbers the watch's steps have; without a watch, the driver counts them itself."""
+callback of the run sees the numbers the watch's steps have; without a watch, the driver counts them itself
+(with a forward that raises: `tests/watch/test_step_rule.py`)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,7 @@ import torch
 import torch.nn as nn
 
 import hookscope
-from hookscope import ActivationStats, Callback
-from hookscope.callbacks import LoopDriver
+from hookscope import Callback
 from hookscope.integrations._common import EventRelay
 
 
@@ -23,57 +23,6 @@ class Numbers(Callback):
 
     def on_batch_end(self, batch: int) -> None:
         self.ended.append(batch)
-
-
-class Retry(nn.Module):
-    """Raises after its first layer while `fail` is set."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.a, self.b = nn.Linear(3, 8), nn.Linear(8, 1)
-        self.fail = False
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.a(x)
-        if self.fail:
-            raise RuntimeError("planted")
-        return self.b(h)
-
-
-def run_with_a_retry(model: Retry) -> None:
-    """Batch 0; then a forward that raises and its retry (one batch, 1); then batch 2."""
-    model(torch.randn(4, 3)).sum().backward()
-    model.fail = True
-    with pytest.raises(RuntimeError, match="planted"):
-        model(torch.randn(4, 3))
-    model.fail = False
-    model(torch.randn(4, 3)).sum().backward()
-    model(torch.randn(4, 3)).sum().backward()
-
-
-@pytest.mark.parametrize("watch_first", [True, False])
-def test_every_callback_of_a_driver_sees_the_watchs_numbers(watch_first: bool) -> None:
-    torch.manual_seed(0)
-    model, numbers = Retry(), Numbers()
-    w, stats = hookscope.Watch(select="a", every=1), ActivationStats(modules=["a"])
-    callbacks = [w, numbers, stats] if watch_first else [numbers, stats, w]
-    with LoopDriver(callbacks, model) as driver:
-        run_with_a_retry(model)
-        assert driver.batch == 2
-    # the oracle: the loop above has three batches (the forward that raised is none), numbered 0, 1, 2; the retry
-    # takes the number of the forward that raised
-    assert numbers.started == numbers.ended == [0, 1, 1, 2]
-    assert w.results().steps.tolist() == [0, 1, 2]  # without an optimizer, each batch is a step
-    assert stats.batches == [0, 1, 2]  # the records of the completed forwards, by the same numbers
-
-
-def test_without_a_watch_the_driver_counts_its_batches() -> None:
-    model, numbers = Retry(), Numbers()
-    with LoopDriver([numbers], model) as driver:
-        run_with_a_retry(model)
-        assert driver.batch == 3
-    assert numbers.started == [0, 1, 2, 3]  # the driver cannot see a forward raise: it is a batch here
-    assert numbers.ended == [0, 1, 2, 3]
 
 
 def test_the_batches_of_steps_a_watch_leaves_alone_are_counted(monkeypatch: pytest.MonkeyPatch) -> None:

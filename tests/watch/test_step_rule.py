@@ -14,7 +14,8 @@ import torch
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
-from hookscope.callbacks import ActivationStats
+from hookscope import Callback, Watch
+from hookscope.callbacks import ActivationStats, LoopDriver
 from hookscope.callbacks._steps import uncounted
 from hookscope.watch import watch
 
@@ -147,6 +148,55 @@ def test_a_forward_that_raised_is_not_merged_into_the_step() -> None:
         train_with_retries(without_optimizer, w, None)
     assert w.results().steps.tolist() == [0, 1]  # a forward that raised is no step either
     assert w.results().activations["a"]["count"].tolist() == [32.0, 32.0]
+
+
+def run_with_a_retry(model: Retry) -> None:
+    """Batch 0; then a forward that raises and its retry (one batch, 1); then batch 2."""
+    model(torch.randn(4, 3)).sum().backward()
+    model.fail = True
+    with pytest.raises(RuntimeError, match="planted"):
+        model(torch.randn(4, 3))
+    model.fail = False
+    model(torch.randn(4, 3)).sum().backward()
+    model(torch.randn(4, 3)).sum().backward()
+
+
+class BatchEvents(Callback):
+    """The batch numbers of the events a driver emits, in order: ("start", n) and ("end", n)."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, int]] = []
+
+    def on_batch_start(self, batch: int) -> None:
+        self.events.append(("start", batch))
+
+    def on_batch_end(self, batch: int) -> None:
+        self.events.append(("end", batch))
+
+
+@pytest.mark.parametrize("watch_first", [True, False])
+def test_every_callback_of_a_driver_sees_the_watchs_batch_numbers(watch_first: bool) -> None:
+    torch.manual_seed(0)
+    model, events = Retry(), BatchEvents()
+    w, stats = Watch(select="a", every=1), ActivationStats(modules=["a"])
+    callbacks = [w, events, stats] if watch_first else [events, stats, w]
+    with LoopDriver(callbacks, model) as driver:
+        run_with_a_retry(model)
+        assert driver.batch == 2
+    # the oracle: the loop has three batches (the forward that raised is none), numbered 0, 1, 2; the retry takes
+    # the number of the forward that raised
+    assert events.events == [(kind, n) for n in (0, 1, 1, 2) for kind in ("start", "end")]
+    assert w.results().steps.tolist() == [0, 1, 2]  # without an optimizer, each batch is a step
+    assert stats.batches == [0, 1, 2]  # the records of the completed forwards, by the same numbers
+
+
+def test_without_a_watch_the_driver_counts_every_training_forward_it_begins() -> None:
+    model, events = Retry(), BatchEvents()
+    with LoopDriver([events], model) as driver:
+        run_with_a_retry(model)
+        assert driver.batch == 3
+    # the driver cannot see a forward raise: it is a batch here
+    assert events.events == [(kind, n) for n in range(4) for kind in ("start", "end")]
 
 
 def test_activation_stats_keep_only_completed_training_forwards() -> None:
