@@ -3,9 +3,9 @@
 Every configuration of one model runs in this one process, interleaved in rounds (A B C A B C ...) after a
 warm-up, so machine drift hits all of them alike. Each configuration trains its own copy of the model with its
 monitoring attached for the whole run (periodic work such as flushes is timed at its steady rate). Each round
-times `steps` training steps (forward, backward, optimizer step) per configuration; the ratio of a round is its
-mean step time over the bare mean of the same round. The table gives the median ratio and its interquartile
-range over rounds.
+times `steps` training steps (forward, backward, optimizer step) per configuration (more for the configurations
+that measure only some steps: `PERIODIC_STEPS`); the ratio of a round is its mean step time over the bare mean of
+the same round. The table gives the median ratio and its interquartile range over rounds.
 
     python bench/overhead.py                 # all models, full run; writes bench/results/overhead.json
     python bench/overhead.py --quick         # a short run
@@ -159,6 +159,13 @@ MODELS = {"mlp": mlp, "cnn": cnn, "transformer": transformer, "tiny": tiny, "mob
 STEPS = {"mlp": 10, "cnn": 5, "transformer": 4, "tiny": 200, "mobile": 2, "gpt": 20}
 """Steps timed per configuration per round (about 0.2-2 s each: a sub-millisecond step needs many)."""
 
+PERIODIC_STEPS = {"mlp": 60, "cnn": 30, "transformer": 30, "tiny": 300, "mobile": 160, "gpt": 250}
+"""Steps timed per round by the configurations that measure some steps (`PERIODIC`): about three of their periods.
+A budget of 3 % measures one step about every (what a measured step costs beyond a bare one) / 0.03 steps, 6 to
+80 steps on these models (`every=10`: 10), so a round of `STEPS` would hold a measured step in some rounds and
+none in others, and the median of such rounds is the cost of neither; a round of a few periods holds them in the
+share the run does."""
+
 
 def make_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> Step:
     loss_fn = nn.CrossEntropyLoss()
@@ -265,6 +272,14 @@ CONFIGS: dict[str, Config] = {
     "naive per-layer .item() (reference)": naive_item,
 }
 
+PERIODIC = (
+    "ActivationStats defaults (budget 3 %)",
+    "ActivationStats, every=10",
+    "watch() defaults (budget 3 %)",
+    "watch() defaults without attention and residual",
+)
+"""The configurations that measure only some steps: timed over `PERIODIC_STEPS` steps a round."""
+
 
 def available(name: str) -> bool:
     """Whether the configuration's library part exists in this checkout (it is skipped, and said so, if not)."""
@@ -316,11 +331,18 @@ def _synchronize() -> None:
 
 
 def bench_model(
-    name: str, configs: dict[str, Config], rounds: int, steps: int, warmup: int, device: str = "cpu"
+    name: str,
+    configs: dict[str, Config],
+    rounds: int,
+    steps: int,
+    warmup: int,
+    device: str = "cpu",
+    periodic_steps: int | None = None,
 ) -> dict[str, Any]:
     """Time every configuration of model `name` in interleaved rounds; each has its own copy of the model, with
     its monitoring attached for the whole run, so periodic work (flushes to the host, batched statistics) is
-    timed at its steady-state rate."""
+    timed at its steady-state rate. The configurations in `PERIODIC` time `periodic_steps` steps a round (default:
+    `steps`)."""
     torch.manual_seed(0)
     model, x, y = MODELS[name]()
     model, x, y = model.to(device), x.to(device), y.to(device)
@@ -336,7 +358,8 @@ def bench_model(
                 runs[config]()
         for _ in range(rounds):
             for config, step in runs.items():
-                times[config].append(time_round(step, steps))
+                count = periodic_steps if periodic_steps is not None and config in PERIODIC else steps
+                times[config].append(time_round(step, count))
     return summarize(times)
 
 
@@ -505,14 +528,17 @@ def main(argv: list[str] | None = None) -> int:
     results, steps_per_round = {}, {}
     for model in models:
         steps = args.steps or (max(2, STEPS[model] // 10) if args.quick else STEPS[model])
-        steps_per_round[model] = steps
+        periodic = args.steps or (max(2, PERIODIC_STEPS[model] // 10) if args.quick else PERIODIC_STEPS[model])
+        steps_per_round[model] = steps if periodic == steps else f"{steps} ({periodic} periodic)"
         for run in range(max(1, args.repeat)):
             print(
                 f"benchmarking {model} ({rounds} rounds x {steps} steps x {len(configs)} configurations) ...",
                 file=sys.stderr,
             )
             column = model if run == 0 else f"{model} #{run + 1}"
-            results[column] = bench_model(model, configs, rounds, steps, warmup_steps(args.quick), args.device)
+            results[column] = bench_model(
+                model, configs, rounds, steps, warmup_steps(args.quick), args.device, periodic_steps=periodic
+            )
     report: dict[str, Any] = {
         "machine": machine(args.device),
         "torch": torch.__version__,
