@@ -124,7 +124,7 @@ def take_sample(x: torch.Tensor, sampler: Sampler, *, with_sum: bool = True, wit
     smallest, largest = torch.aminmax(x) if with_extremes else (squares, squares)
     comb, count, slack = sampler.positions(x.numel(), x.device)
     start = sampler.draw(slack)
-    values = torch.take(flat[start:], comb) if flat is not None else torch.take(x, comb + start)
+    values = flat[start:].index_select(0, comb) if flat is not None else torch.take(x, comb + start)
     raw = (total, squares, smallest, largest)
     return Sample(raw, values if values.dtype == torch.float32 else values.float(), comb, start, x.numel(), count)
 

@@ -294,12 +294,12 @@ class Recorder:
         if x is not None and not is_plain(x):
             self.drop("unsupported_layout")
             x = None
-        if x is not None:  # an empty output too: called, with a count of 0
+        if x is not None:  # an empty output too: called, with a count of 0 (the table reads it detached)
             slot = self.buffers.ready(row, x.device)
             if staged is None:
-                self.buffers.acts.add(slot, index, x.detach())
+                self.buffers.acts.add(slot, index, x)
             else:
-                item = self.buffers.acts.stage(slot, index, x.detach())
+                item = self.buffers.acts.stage(slot, index, x)
                 if item is not None:
                     staged.acts.append(item)
         if self._grads and torch.is_grad_enabled():
