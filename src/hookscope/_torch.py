@@ -339,8 +339,8 @@ def is_view(tensor: torch.Tensor) -> bool:
 
 
 def flatten(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """The values of `tensors` (two or more) concatenated into one new flat tensor (dtypes promoted as by
-    `torch.cat`), in one call where torch can."""
+    """The values of `tensors` concatenated into one flat tensor (dtypes promoted as by `torch.cat`), in one call
+    where torch can: a new tensor, except for one contiguous tensor alone (then a view of it may be returned)."""
     if _CHECKED.get("flatten") or is_available("flatten"):  # the first test inlined: every measured step
         return torch._C._nn.flatten_dense_tensors(tensors)
     return torch.cat([tensor.reshape(-1) for tensor in tensors])
