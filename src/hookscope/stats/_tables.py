@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._torch import flatten
 from ._batched import Segments, describe_segments, norm_segments
 from ._describe import Sample, describe, estimate, take_sample
 from ._histogram import EXPONENT_NONE, counts, exponent_of, rebin, row_counts, segment_counts
@@ -118,7 +117,7 @@ class PendingTable(abc.ABC):
         small = self._small
         base = min(row for row, _, _ in small)
         parts = tuple((row - base, key, shape) for row, members, _ in small for key, shape in members)
-        values = flatten([t for _, _, t in small]).double()  # float32 copies: a new tensor
+        values = torch.cat([t.reshape(-1) for _, _, t in small]).double()
         return base, parts, values
 
     def _keep_sample(self, row: int, key: int, sample: Sample, plan: Any) -> None:
