@@ -48,6 +48,7 @@ SMALL_BELOW = 1 << 14
 twice the sample width, sampling costs less than describing every value)."""
 
 _CACHE = 64  # layouts kept per table (a steady loop needs a handful)
+_CELL_CACHE = 16  # arrangements of cells kept per table
 Part = tuple[int, int, tuple[int, ...]]  # (row, key, shape) of a small tensor waiting
 Members = tuple[tuple[int, tuple[int, ...]], ...]  # (key, shape) of each tensor a waiting chunk holds, in order
 
@@ -71,6 +72,7 @@ class PendingTable(abc.ABC):
         self._sampled: list[tuple[int, int, Sample, Any]] = []  # (row, key, sample, what the table needs of it)
         self._large: list[tuple[int, int, torch.Tensor]] = []  # (row, key, finished item)
         self._layouts: dict[Any, Any] = {}
+        self._cell_layouts: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = {}
         self._work = Workspace()  # the blocks of samples are described in it
 
     @property
@@ -152,7 +154,15 @@ class PendingTable(abc.ABC):
     def _cells(self, rows_and_keys: list[tuple[int, int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """The distinct cells of the items (row ids and keys, in item order) and, for each item then each cell,
         its position among them."""
-        cells = [(row % self.rows) * self.keys + key for row, key in rows_and_keys]
+        cells = tuple((row % self.rows) * self.keys + key for row, key in rows_and_keys)
+        found = self._cell_layouts.get(cells)  # a steady loop flushes into a few arrangements of cells, again and
+        if found is None:  # again (a cache of its own: other arrangements come round too often for the layouts')
+            if len(self._cell_layouts) >= _CELL_CACHE:
+                self._cell_layouts.clear()
+            found = self._cell_layouts[cells] = self._cell_layout(cells)
+        return found  # index tensors, never written
+
+    def _cell_layout(self, cells: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
         unique = list(dict.fromkeys(cells))
         where = {cell: k for k, cell in enumerate(unique)}
         positions = [where[cell] for cell in cells] + list(range(len(unique)))
@@ -219,7 +229,8 @@ def small_copy(x: torch.Tensor, owned: bool = False) -> torch.Tensor:
     it is a float32 tensor nobody else holds (`owned`)."""
     if owned and x.dtype == torch.float32:
         return x
-    return (x.detach() if x.requires_grad else x).to(torch.float32, copy=True)
+    source = x.detach() if x.requires_grad else x
+    return source.clone() if source.dtype == torch.float32 else source.to(torch.float32)  # clone: the fastest
 
 
 def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -455,6 +466,7 @@ class RecordTable(PendingTable):
             tensor = getattr(self, name)
             if tensor is not None:
                 setattr(self, name, tensor.to(device))
+        self._cell_layouts.clear()
         if self.units.active is not None and self.units.seen is not None:
             self.units.active, self.units.seen = self.units.active.to(device), self.units.seen.to(device)
         self._layouts.clear()
@@ -647,3 +659,4 @@ class NormTable(PendingTable):
         if self.norms is not None:
             self.norms = self.norms.to(device)
         self._layouts.clear()
+        self._cell_layouts.clear()
