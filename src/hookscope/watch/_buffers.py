@@ -39,10 +39,8 @@ __all__ = ["PENDING_STEPS", "PENDING_VALUES", "Chunk", "StepBuffers"]
 
 PENDING_STEPS = 32
 """Closed recorded steps whose small tensors wait to be described together."""
-PENDING_VALUES = 1 << 22
-"""Values waiting (float32, 16 MiB: small tensors' copies and large ones' samples) that make the tables write them
-at once. A model of many large outputs leaves a sample of each every step (8192 values): at 4 MiB a mobile CNN was
-written every step, and its step took 2.3 times the bare one instead of 1.7 (bench/overhead.py, CPU)."""
+PENDING_VALUES = 1 << 20
+"""Small values waiting (float32, 4 MiB) that make the tables write them at once."""
 
 
 @dataclass
