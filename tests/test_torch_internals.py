@@ -157,6 +157,15 @@ def test_foreach_missing_warns_and_copies_one_tensor_at_a_time(monkeypatch: pyte
     assert all(torch.equal(t, torch.zeros_like(s)) for t, s in zip(targets, sources, strict=True))
 
 
+def test_flatten_missing_warns_and_concatenates_from_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    tensors = [torch.arange(6.0).view(2, 3).t(), torch.full((2,), 7, dtype=torch.int64), torch.ones(1, 1)]
+    wanted = torch.tensor([0.0, 3.0, 1.0, 4.0, 2.0, 5.0, 7.0, 7.0, 1.0])  # each flattened in order, promoted
+    assert torch.equal(_torch.flatten(tensors), wanted)
+    _torch.forget_checks()
+    monkeypatch.delattr(torch._C._nn, "flatten_dense_tensors")
+    assert torch.equal(warned_once(lambda: _torch.flatten(tensors), "one reshape each"), wanted)
+
+
 def test_module_hook_dict_renamed_warns_instead_of_listing_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     model = nn.Sequential(nn.Linear(2, 2))
     model[0].register_forward_hook(lambda *args: None)

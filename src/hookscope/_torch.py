@@ -33,6 +33,7 @@ __all__ = [
     "Reliance",
     "aten_ops",
     "children",
+    "flatten",
     "foreach_copy_",
     "foreach_sub_",
     "forward_pre_hooks",
@@ -219,6 +220,11 @@ RELIANCES: dict[str, Reliance] = {
         "every gradient is copied before it is described (slower; the statistics are unchanged)",
         lambda: _has(torch.Tensor, "_is_view") and torch.zeros(2)[:1]._is_view() and not torch.zeros(2)._is_view(),
     ),
+    "flatten": Reliance(
+        "torch._C._nn.flatten_dense_tensors",
+        "small parameters and gradients are concatenated from Python, one reshape each (slower; values unchanged)",
+        lambda: torch._C._nn.flatten_dense_tensors([torch.zeros(2, 1), torch.ones(1)]).tolist() == [0.0, 0.0, 1.0],
+    ),
     "foreach": Reliance(
         "torch._foreach_copy_ and torch._foreach_sub_",
         "parameter snapshots for update ratios are copied one tensor at a time (slower; values unchanged)",
@@ -330,6 +336,14 @@ def is_view(tensor: torch.Tensor) -> bool:
     if _CHECKED.get("is_view") or is_available("is_view"):  # the first test inlined: every gradient
         return tensor._is_view()
     return True
+
+
+def flatten(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """The values of `tensors` concatenated into one flat tensor (dtypes promoted as by `torch.cat`), in one call
+    where torch can: a new tensor, except for one contiguous tensor alone (then a view of it may be returned)."""
+    if _CHECKED.get("flatten") or is_available("flatten"):  # the first test inlined: every measured step
+        return torch._C._nn.flatten_dense_tensors(tensors)
+    return torch.cat([tensor.reshape(-1) for tensor in tensors])
 
 
 def foreach_copy_(destinations: list[torch.Tensor], sources: list[torch.Tensor]) -> None:

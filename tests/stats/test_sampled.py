@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from hookscope.stats._describe import describe, describe_large
+from hookscope.stats._describe import CACHED_EXTREMES, describe, describe_large, take_sample
 from hookscope.stats._histogram import counts as histogram_counts
 from hookscope.stats._histogram import exponent_of, row_counts
 from hookscope.stats._norms import norm_of
@@ -279,3 +279,22 @@ def test_the_sample_period_gives_the_largest_sample_among_its_candidates(n: int)
     period, offsets = period_for(n, size)
     assert period in candidates and (n // period) * len(offsets) == best <= size
     assert offsets == sorted(set(offsets)) and all(0 <= o < period for o in offsets)
+
+
+@pytest.mark.parametrize("size", [CACHED_EXTREMES, CACHED_EXTREMES + 1])  # read in two passes, then in one
+@pytest.mark.parametrize("special", [None, math.inf, -math.inf, math.nan])
+def test_the_exact_readings_of_a_sample_are_the_sum_squares_min_and_max_of_every_value(
+    size: int, special: float | None
+) -> None:
+    x = torch.randn(size, generator=torch.Generator().manual_seed(size)) * 3.0
+    if special is not None:
+        x[size // 3] = special
+    values = x.double().numpy()
+    sample = take_sample(x, Sampler())
+    total, squares, smallest, largest = (float(reading) for reading in sample.raw)
+    if special is not None and math.isnan(special):
+        assert math.isnan(smallest) and math.isnan(largest)
+    else:
+        assert (smallest, largest) == (float(values.min()), float(values.max()))
+    assert np.isclose(total, values.sum(), rtol=1e-5, atol=1e-2) or math.isnan(values.sum())
+    assert np.isclose(squares, np.square(values).sum(), rtol=1e-5) or not math.isfinite(np.square(values).sum())

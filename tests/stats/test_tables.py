@@ -247,6 +247,42 @@ def test_sampled_tensors_of_several_keys_keep_their_saturation_and_unit_activity
     assert tanh is not None and (tanh[:2] == 0).all() and (tanh[2:4] == 1).all()
 
 
+def test_sampled_unit_activity_counts_each_sampled_value_in_its_own_unit() -> None:
+    """Sampled tensors of several shapes in one block, flushed three times (new random starts each time, starts
+    past `inner` and units that wrap): each unit's activity equals counting the sampled values themselves, found by
+    a twin sampler (same seed, same draws) and sorted into units by `(position // inner) % units`."""
+    shapes = [(600, 8, 2, 2), (64, 20, 13), (100, 3, 3, 3, 7), (17_000,)]  # all sampled: 16384 values or more
+    unit_dim = {0: 1, 1: 2, 2: 1, 3: None}
+    table = RecordTable(4, Spec(), sampler=Sampler(size=512, seed=3), unit_dim=lambda key, ndim: unit_dim[key])
+    table.allocate(3, torch.device("cpu"))
+    twin = Sampler(size=512, seed=3)
+    generator = torch.Generator().manual_seed(0)
+    active: dict[int, torch.Tensor] = {}
+    seen: dict[int, torch.Tensor] = {}
+    for row in range(3):
+        for key, shape in enumerate(shapes):
+            x = torch.randn(shape, generator=generator) + torch.linspace(-1, 1, shape[-1])
+            table.add(row, key, x)
+            comb, count, slack = twin.positions(x.numel(), x.device)
+            position = comb[:count] + twin.draw(slack)
+            dim = unit_dim[key]
+            if dim is None:
+                continue
+            units = shape[dim]
+            unit = (position // math.prod(shape[dim + 1 :])) % units
+            weight = x.numel() / count
+            on = (x.reshape(-1)[position] > 0).double() * weight
+            zeros = torch.zeros(units, dtype=torch.float64)
+            active[key] = active.get(key, zeros).index_add(0, unit, on)
+            seen[key] = seen.get(key, zeros).index_add(0, unit, torch.full_like(on, weight))
+        table.flush()
+    activity = table.unit_activity()
+    assert activity[3] is None
+    for key, want in active.items():
+        got = activity[key]
+        assert got is not None and torch.allclose(got, want / seen[key], rtol=1e-5, atol=0.0)  # float32 weights
+
+
 def test_tensors_of_16384_values_or_more_are_sampled_and_owned_copies_are_kept_as_they_are() -> None:
     """README: outputs of 16384 values or more are described from a sample, smaller ones exactly; a float32 tensor
     handed over as `owned` is described like a copy of it."""

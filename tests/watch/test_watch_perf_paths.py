@@ -378,3 +378,31 @@ def test_no_host_device_sync_between_flushes_on_cuda() -> None:
         finally:
             torch.cuda.set_sync_debug_mode("default")
     assert w.results().num_steps == 13
+
+
+def test_learning_rates_follow_every_change_between_steps_with_the_same_ones() -> None:
+    """The learning rate and epsilon recorded at each step are the param group's after its optimizer step, through
+    steps that change nothing (read once), a rate set by hand, a group added with a rate of its own, and a tensor
+    rate changed in place (read every step)."""
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
+    first, second = list(model[0].parameters()), list(model[2].parameters())
+    optimizer = torch.optim.Adam(first, lr=0.1, eps=1e-6)
+    x = torch.randn(8, 4)
+    wanted: dict[str, list[tuple[float, float]]] = {name: [] for name, _ in model.named_parameters()}
+    with watch(model, optimizer, every=1) as w:
+        for step in range(8):
+            if step == 3:
+                optimizer.param_groups[0]["lr"] = 0.05
+            if step == 5:
+                optimizer.add_param_group({"params": second, "lr": torch.tensor(0.2), "eps": 1e-4})
+            if step == 7:
+                optimizer.param_groups[1]["lr"].fill_(0.3)
+            model(x).pow(2).mean().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            for name, parameter in model.named_parameters():
+                group = next((g for g in optimizer.param_groups if any(p is parameter for p in g["params"])), None)
+                wanted[name].append((math.nan, math.nan) if group is None else (float(group["lr"]), group["eps"]))
+    for name, stats in w.results().optimizer.items():
+        got = torch.stack((stats["lr"], stats["eps"]), dim=1)
+        torch.testing.assert_close(got, torch.tensor(wanted[name], dtype=torch.float64), equal_nan=True, msg=name)

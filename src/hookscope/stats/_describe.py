@@ -121,12 +121,25 @@ def take_sample(x: torch.Tensor, sampler: Sampler, *, with_sum: bool = True, wit
     else:
         squares = torch.linalg.vector_norm(x, dtype=torch.float32).square()
     total = x.sum(dtype=torch.float32) if with_sum else squares  # (a placeholder the norms never read)
-    smallest, largest = torch.aminmax(x) if with_extremes else (squares, squares)
+    smallest, largest = _extremes(x) if with_extremes else (squares, squares)
     comb, count, slack = sampler.positions(x.numel(), x.device)
     start = sampler.draw(slack)
-    values = torch.take(flat[start:], comb) if flat is not None else torch.take(x, comb + start)
+    values = flat[start:].index_select(0, comb) if flat is not None else torch.take(x, comb + start)
     raw = (total, squares, smallest, largest)
     return Sample(raw, values if values.dtype == torch.float32 else values.float(), comb, start, x.numel(), count)
+
+
+CACHED_EXTREMES = 1 << 19
+"""Values (2 MiB of float32) up to which a CPU tensor's min and max are read as two passes (the second from the
+cache): faster there than torch's one-pass `aminmax`, which wins on larger tensors and on accelerators."""
+
+
+def _extremes(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The min and max of `x` (NaN if one is NaN), in the fastest of torch's ways for its size and device."""
+    if x.device.type == "cpu" and x.numel() <= CACHED_EXTREMES:
+        return x.amin(), x.amax()
+    smallest, largest = torch.aminmax(x)
+    return smallest, largest
 
 
 def estimate(raw: torch.Tensor, numel: torch.Tensor, sampled: torch.Tensor) -> torch.Tensor:

@@ -48,6 +48,7 @@ SMALL_BELOW = 1 << 14
 twice the sample width, sampling costs less than describing every value)."""
 
 _CACHE = 64  # layouts kept per table (a steady loop needs a handful)
+_CELL_CACHE = 16  # arrangements of cells kept per table
 Part = tuple[int, int, tuple[int, ...]]  # (row, key, shape) of a small tensor waiting
 Members = tuple[tuple[int, tuple[int, ...]], ...]  # (key, shape) of each tensor a waiting chunk holds, in order
 
@@ -71,6 +72,7 @@ class PendingTable(abc.ABC):
         self._sampled: list[tuple[int, int, Sample, Any]] = []  # (row, key, sample, what the table needs of it)
         self._large: list[tuple[int, int, torch.Tensor]] = []  # (row, key, finished item)
         self._layouts: dict[Any, Any] = {}
+        self._cell_layouts: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = {}
         self._work = Workspace()  # the blocks of samples are described in it
 
     @property
@@ -152,7 +154,15 @@ class PendingTable(abc.ABC):
     def _cells(self, rows_and_keys: list[tuple[int, int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """The distinct cells of the items (row ids and keys, in item order) and, for each item then each cell,
         its position among them."""
-        cells = [(row % self.rows) * self.keys + key for row, key in rows_and_keys]
+        cells = tuple((row % self.rows) * self.keys + key for row, key in rows_and_keys)
+        found = self._cell_layouts.get(cells)  # a steady loop flushes into a few arrangements of cells, again and
+        if found is None:  # again (a cache of its own: other arrangements come round too often for the layouts')
+            if len(self._cell_layouts) >= _CELL_CACHE:
+                self._cell_layouts.clear()
+            found = self._cell_layouts[cells] = self._cell_layout(cells)
+        return found  # index tensors, never written
+
+    def _cell_layout(self, cells: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
         unique = list(dict.fromkeys(cells))
         where = {cell: k for k, cell in enumerate(unique)}
         positions = [where[cell] for cell in cells] + list(range(len(unique)))
@@ -219,7 +229,8 @@ def small_copy(x: torch.Tensor, owned: bool = False) -> torch.Tensor:
     it is a float32 tensor nobody else holds (`owned`)."""
     if owned and x.dtype == torch.float32:
         return x
-    return (x.detach() if x.requires_grad else x).to(torch.float32, copy=True)
+    source = x.detach() if x.requires_grad else x
+    return source.clone() if source.dtype == torch.float32 else source.to(torch.float32)  # clone: the fastest
 
 
 def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -396,10 +407,7 @@ class RecordTable(PendingTable):
                 hist = row_counts(values, rows.finite, self.bins, exponents)
             columns += [hist.mul_(weight[:, None]), exponents[:, None].double()]
         if layout.units is not None:
-            starts = to_device(torch.tensor([sample.start for _, _, sample, _ in block])[:, None], values.device)
-            index = layout.combs(block).add(starts)
-            inner, units, start = layout.units
-            ids = torch.div(index, inner, rounding_mode="floor").remainder_(units).add_(start).mul_(start > 0)
+            ids = layout.unit_ids(block)
             stands_for = layout.members * weight.float()[:, None]
             on = torch.sign(rows.clean).clamp_(min=0.0).mul_(stands_for)  # active: finite and > 0
             self.units.add(ids.reshape(-1), on.reshape(-1), stands_for.reshape(-1))
@@ -458,6 +466,7 @@ class RecordTable(PendingTable):
             tensor = getattr(self, name)
             if tensor is not None:
                 setattr(self, name, tensor.to(device))
+        self._cell_layouts.clear()
         if self.units.active is not None and self.units.seen is not None:
             self.units.active, self.units.seen = self.units.active.to(device), self.units.seen.to(device)
         self._layouts.clear()
@@ -517,21 +526,43 @@ class _SampledLayout:
                 to_device(torch.tensor(middle, dtype=torch.float32), device),
                 to_device(torch.tensor(half, dtype=torch.float32), device),
             )
-        self.units: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
-        self._combs: torch.Tensor | None = None
+        self.units: list[tuple[int, int, int]] | None = None  # per row: inner, units, start
+        self._ids: tuple[torch.Tensor, ...] | None = None
         if any(plan is not None for plan in plans):
             rows = [plan if plan is not None else (0, 1, 1, 0) for plan in plans]  # position 0: no unit
+            self.units = [(inner, units, start) for start, inner, units, _ in rows]
 
-            def column(at: int) -> torch.Tensor:
-                return to_device(torch.tensor([row[at] for row in rows], dtype=torch.int64)[:, None], device)
+    def unit_ids(self, block: list[tuple[int, int, Any, Any]]) -> torch.Tensor:
+        """(G, width) the position in the unit counts of each sampled value of `block` (its sample's `start` added
+        to its position before it, `comb`): `(position // inner) % units + start` of its row's plan, 0 without one.
 
-            self.units = (column(1), column(2), column(0))  # inner, units, start
+        `comb` is the same for every block of this layout: its quotient by `inner` (reduced, plus the row's start)
+        and its remainder are computed once; a block adds the quotient and the remainder of its starts (host ints)
+        and one carry, in int32 where every number fits: a few cheap passes instead of a division and a remainder
+        per value."""
+        units = self.units or []
+        if self._ids is None:
+            self._ids = self._unit_parts(block)
+        below, rest, limit, count = self._ids
+        starts = [sample.start for _, _, sample, _ in block]
+        shifts = [((s // inner) % n, inner - s % inner) for s, (inner, n, _) in zip(starts, units, strict=True)]
+        shift = to_device(torch.tensor(shifts, dtype=below.dtype).T.unsqueeze(-1), below.device)  # (2, G, 1)
+        out = below.add(shift[0])
+        out += rest >= shift[1]  # the carry: the two remainders add up to `inner` or more
+        return out.sub_((out >= limit) * count)  # below 2 * units before: one wrap at most
 
-    def combs(self, block: list[tuple[int, int, Any, Any]]) -> torch.Tensor:
-        """(G, width) the samples' positions before their starts (the same for every block of this layout)."""
-        if self._combs is None:
-            self._combs = torch.stack([sample.comb for _, _, sample, _ in block])
-        return self._combs
+    def _unit_parts(self, block: list[tuple[int, int, Any, Any]]) -> tuple[torch.Tensor, ...]:
+        """(G, width) `(comb // inner) % units + start` and `comb % inner`, then (G, 1) `start + units` and
+        `units`: int32 unless a number may not fit."""
+        units = self.units or []
+        largest = max(*(sample.numel for _, _, sample, _ in block), *(inner for inner, _, _ in units))
+        dtype = torch.int32 if largest + max(start + count for _, count, start in units) < 2**31 else torch.int64
+        combs = torch.stack([sample.comb for _, _, sample, _ in block])
+        plan = torch.tensor(units, dtype=torch.int64, device=combs.device).T.unsqueeze(-1)  # (3, G, 1)
+        inner, count, start = plan.unbind(0)
+        below = torch.div(combs, inner, rounding_mode="floor").remainder_(count).add_(start)
+        rest = combs.remainder(inner)
+        return below.to(dtype), rest.to(dtype), (start + count).to(dtype), count.to(dtype)
 
 
 class NormTable(PendingTable):
@@ -628,3 +659,4 @@ class NormTable(PendingTable):
         if self.norms is not None:
             self.norms = self.norms.to(device)
         self._layouts.clear()
+        self._cell_layouts.clear()

@@ -294,17 +294,18 @@ class StepBuffers:
     def _against_optimizer(self, param_grads: torch.Tensor, updates: torch.Tensor, slots: list[int]) -> torch.Tensor:
         """(S, params, 4): gradient RMS, update RMS / learning rate, epsilon, learning rate (`OPTIMIZER_STATS`), NaN
         where unknown."""
-        used, nan = len(slots), math.nan
-        settings = torch.full((used, self.params, 2), nan, dtype=torch.float64)
-        for row, slot in enumerate(slots):
-            found = self.settings[slot]
-            if found is not None:
-                settings[row] = found
+        nan = math.nan
+        unknown = torch.full((self.params, 2), nan, dtype=torch.float64)
+        settings = torch.stack([_or(self.settings[slot], unknown) for slot in slots])
         root = self.param_sizes.clamp(min=1).sqrt()
         change = updates[:, : self.params]
         seen = change[..., NORM.index("count")] > 0
         update_rms = torch.where(seen, change[..., 0].double() / root, nan) / settings[..., 0]
         return torch.stack((param_grads[..., 0] / root, update_rms, settings[..., 1], settings[..., 0]), dim=-1)
+
+
+def _or(found: torch.Tensor | None, otherwise: torch.Tensor) -> torch.Tensor:
+    return otherwise if found is None else found
 
 
 def _rows(table: torch.Tensor | None, index: torch.Tensor) -> torch.Tensor:

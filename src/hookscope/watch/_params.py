@@ -14,7 +14,7 @@ from collections.abc import Callable
 import torch
 import torch.nn as nn
 
-from .._torch import foreach_copy_, foreach_sub_
+from .._torch import flatten, foreach_copy_, foreach_sub_
 from ..stats._dtensor import is_dtensor, local_part
 from ..stats._tables import SMALL_BELOW
 from ._buffers import StepBuffers
@@ -57,6 +57,8 @@ class ParamRecorder:
         self._flat_before: torch.Tensor | None = None  # the small ones, concatenated
         self._snapshot_row = -1
         self._grads_row = -1  # the row whose parameter gradients were taken
+        self._settings: torch.Tensor | None = None  # the learning rates and epsilons last recorded
+        self._settings_key: tuple[object, ...] | None = None  # what they were read from (`_settings_key`)
 
     def record_grads(self) -> None:
         """Describe the norm and non-finite count of every watched parameter's `.grad` for the open step; a second
@@ -143,13 +145,17 @@ class ParamRecorder:
         row = self.state.row
         if row < 0 or not self.params or "optimizer" not in self.options.groups:
             return
-        found = {id(p): group for group in optimizer.param_groups for p in group["params"]}
-        nan = float("nan")
-        values = [
-            (nan, nan) if group is None else (_number(group.get("lr")), _number(group.get("eps")))
-            for group in (found.get(id(parameter)) for parameter in self.params)
-        ]
-        self.buffers.set_settings(row, torch.tensor(values, dtype=torch.float64))  # one call, not one per value
+        key = _settings_key(optimizer)
+        if key is None or key != self._settings_key or self._settings is None:
+            found = {id(p): group for group in optimizer.param_groups for p in group["params"]}
+            nan = float("nan")
+            values = [
+                (nan, nan) if group is None else (_number(group.get("lr")), _number(group.get("eps")))
+                for group in (found.get(id(parameter)) for parameter in self.params)
+            ]
+            self._settings = torch.tensor(values, dtype=torch.float64)  # one call, not one per value
+            self._settings_key = key
+        self.buffers.set_settings(row, self._settings)  # read, never written: one tensor serves unchanged steps
 
     def device(self) -> torch.device:
         """The device of the first watched parameter (the CPU without one)."""
@@ -175,12 +181,35 @@ def _number(value: object) -> float:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else float("nan")
 
 
+def _settings_key(optimizer: torch.optim.Optimizer) -> tuple[object, ...] | None:
+    """What the learning rates and epsilons `record_settings` reads depend on: each param group's `lr`, `eps`
+    and parameters (by id: the watched ones are alive, so an id found is theirs); `None` (read them again) when
+    `lr` or `eps` is not a plain number (a tensor may change in place)."""
+    key: list[object] = []
+    for group in optimizer.param_groups:
+        lr, eps = group.get("lr"), group.get("eps")
+        if not (_is_plain(lr) and _is_plain(eps)):
+            return None
+        key.append((lr, eps, tuple(map(id, group["params"]))))
+    return tuple(key)
+
+
+def _is_plain(value: object) -> bool:
+    """Whether `value` is `None`, an int or float, or a tuple of them (Adafactor's epsilons): compared by value."""
+    if type(value) is tuple:
+        return all(type(item) in _PLAIN for item in value)
+    return type(value) in _PLAIN
+
+
+_PLAIN = (float, int, type(None))
+
+
 def _flatten(tensors: list[torch.Tensor]) -> torch.Tensor:
     """All values of `tensors` in one new flat float32 tensor (a copy, never a view of them: one tensor alone is
     cloned, as `flatten_dense_tensors` would return a view of it). Call under `torch.no_grad()`."""
     if len(tensors) == 1:
         return tensors[0].reshape(-1).to(torch.float32, copy=True)
-    flat = torch.cat([t.reshape(-1) for t in tensors])
+    flat = flatten(tensors)
     return flat if flat.dtype == torch.float32 else flat.float()
 
 

@@ -31,6 +31,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
@@ -120,6 +121,7 @@ class Recorder:
         self.frames: ForwardFrames | None = None  # the root forwards running, per thread
         self.label: Callable[[str], None] = no_label  # label the open step (`"retain_graph"`)
         self.grad_where = [f"output-gradient hook on {path!r}" for path in self.paths]
+        self._grad_hooks = [self._make_grad_hook(j) for j in range(count)]  # made again by `register` (errors)
         self._paused: list[HookHandle] = []  # the hooks `set_awake(False)` took off, to put back
         self.is_traced = False  # a hook was traced by torch.compile: the hooks stay on
 
@@ -171,6 +173,7 @@ class Recorder:
             self.attention.register(model)
         self.stage = None
         self._paused = []
+        self._grad_hooks = [self._make_grad_hook(j) for j in range(len(self.paths))]  # they hand failures to errors
         for index, (path, ref) in enumerate(zip(self.paths, self.module_refs, strict=True)):
             module = ref()
             if module is not None:
@@ -232,8 +235,12 @@ class Recorder:
                     self.drop("sampling")
             else:
                 start = time.perf_counter()
-                with self.lock, _normal_tensors():
-                    self._on_output(index, module, output)
+                with self.lock:
+                    if torch.is_inference_mode_enabled():
+                        with _normal_tensors():
+                            self._on_output(index, module, output)
+                    else:
+                        self._on_output(index, module, output)
                 self.budget.add_own(time.perf_counter() - start)
 
         return hook
@@ -285,7 +292,8 @@ class Recorder:
 
     def _record(self, index: int, output: Any, row: int, staged: Staged | None) -> None:
         self.observed[index] = True
-        self._rank(0, index)
+        if not self._ranked[0][index]:
+            self._rank(0, index)
         if staged is not None:
             staged.calls += 1
         x = (output if type(output) is torch.Tensor else first_float(output)) if self._capture else None
@@ -294,12 +302,14 @@ class Recorder:
         if x is not None and not is_plain(x):
             self.drop("unsupported_layout")
             x = None
-        if x is not None:  # an empty output too: called, with a count of 0
-            slot = self.buffers.ready(row, x.device)
+        if x is not None:  # an empty output too: called, with a count of 0 (the table reads it detached)
+            buffers = self.buffers
+            if buffers.device is None:
+                buffers.allocate(x.device)
             if staged is None:
-                self.buffers.acts.add(slot, index, x.detach())
+                buffers.acts.add(row, index, x)
             else:
-                item = self.buffers.acts.stage(slot, index, x.detach())
+                item = buffers.acts.stage(row, index, x)
                 if item is not None:
                     staged.acts.append(item)
         if self._grads and torch.is_grad_enabled():
@@ -329,7 +339,12 @@ class Recorder:
 
     # ---- gradients -----------------------------------------------------------------------------------------
     def _grad_hook(self, index: int, row: int) -> GradHook:
-        def hook(grad: torch.Tensor | None) -> None:
+        return partial(self._grad_hooks[index], row)
+
+    def _make_grad_hook(self, index: int) -> CalledHook:
+        """Module `index`'s output-gradient hook, `hook(row, grad)`: made once, bound to a step's row per call."""
+
+        def hook(row: int, grad: torch.Tensor | None) -> None:
             if grad is not None:
                 start = time.perf_counter()
                 with self.lock:
@@ -343,7 +358,7 @@ class Recorder:
         if grad is None:
             self.drop("unsupported_layout")
             return
-        if self.buffers.is_live(row):
+        if not self._ranked[1][index] and self.buffers.is_live(row):
             self._rank(1, index)
         self.observe_grad(row, index, grad.detach() if grad.requires_grad else grad)
 
@@ -405,10 +420,13 @@ class Recorder:
         A gradient autograd hands to a hook is kept as it is, not copied: autograd never writes into it afterwards
         (and while the table holds it, `AccumulateGrad` cannot adopt it as a `.grad` to accumulate into); a view
         is copied, so that it does not keep a larger buffer alive."""
-        if not self.buffers.is_live(row):
+        buffers = self.buffers
+        if not buffers.is_live(row):
             self.drop("late_gradient")
             return
-        self.buffers.grads.add(self.buffers.ready(row, grad.device), index, grad, owned=not is_view(grad))
+        if buffers.device is None:
+            buffers.allocate(grad.device)
+        buffers.grads.add(row, index, grad, owned=not is_view(grad))
 
     def set_grad_factor(self, factor: torch.Tensor | None) -> None:
         """`1 / loss scale` of the open step's backward (GradScaler): its output-gradient norms are divided by it."""
