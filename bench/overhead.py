@@ -356,11 +356,14 @@ def bench_model(
             runs[config] = make_step(copy, optimizer, x, y)
             for _ in range(warmup):
                 runs[config]()
+        periodic = periodic_steps or steps
+        periodic_bare: list[float] | None = None if periodic == steps else []
         for _ in range(rounds):
             for config, step in runs.items():
-                count = periodic_steps if periodic_steps is not None and config in PERIODIC else steps
-                times[config].append(time_round(step, count))
-    return summarize(times)
+                times[config].append(time_round(step, periodic if config in PERIODIC else steps))
+                if config == "bare" and periodic_bare is not None:
+                    periodic_bare.append(time_round(step, periodic))  # their reference: as many steps
+    return summarize(times, periodic_bare)
 
 
 def copy_module(model: nn.Module) -> nn.Module:
@@ -370,10 +373,13 @@ def copy_module(model: nn.Module) -> nn.Module:
     return copy.deepcopy(model)
 
 
-def summarize(times: dict[str, list[float]]) -> dict[str, Any]:
-    bare_times = times["bare"]
+def summarize(times: dict[str, list[float]], periodic_bare: list[float] | None = None) -> dict[str, Any]:
+    """Median ratio (and quartiles) of each configuration's rounds over the bare rounds; the configurations in
+    `PERIODIC` over `periodic_bare` when given (bare rounds of as many steps as theirs: a round's first steps after
+    the other configurations ran are slower, and weigh less in a longer round)."""
     out: dict[str, Any] = {}
     for config, values in times.items():
+        bare_times = periodic_bare if periodic_bare is not None and config in PERIODIC else times["bare"]
         ratios = sorted(v / b for v, b in zip(values, bare_times, strict=True))
         quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
         out[config] = {
