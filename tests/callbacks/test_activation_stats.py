@@ -338,6 +338,38 @@ def test_a_stretch_of_batches_left_alone_runs_with_the_batch_counting_hook_alone
         assert record[0]["mean"] == pytest.approx(output.double().mean().item(), rel=1e-6, abs=1e-9)
 
 
+def test_the_middle_of_a_stretch_is_timed_apart_and_its_ends_are_charged(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hookscope.callbacks import _activation_stats, _budget
+    from hookscope.callbacks._budget import Budget
+
+    observed = {0, 1, 12}
+    monkeypatch.setattr(Budget, "_rule", lambda self, step, credit: step in observed)  # its decisions, not its clock
+    now = [0.0]
+    monkeypatch.setattr(_budget.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(_activation_stats.time, "perf_counter", lambda: now[0])
+    ended: list[tuple[int, int, Any]] = []
+    original = Budget.stretch_ended
+
+    def spy(self: Budget, first: int, count: int, inner: tuple[float, int] | None = None) -> None:
+        ended.append((first, count, inner))
+        original(self, first, count, inner)
+
+    monkeypatch.setattr(Budget, "stretch_ended", spy)
+    model = nn.Sequential(nn.Linear(3, 2))
+    stats = ActivationStats()
+    with stats.attach(model):
+        for batch in range(13):
+            now[0] += 1.5 if batch in (5, 12) else 1.0  # batch 4 (the stretch's first) and 11 (its last) take 1.5 s
+            model(torch.randn(4, 3)).sum().backward()
+    timer = stats._timer
+    assert timer is not None
+    # batch 2 follows the measured batch 1 (no typical step time yet), batch 3 foresees the stretch 4..11; its middle
+    # is timed from batch 5's start to batch 11's: 6 steps of 1 s; the stretch took 9 s, 1 s beyond 8 such steps
+    assert ended == [(4, 8, (6.0, 6))]
+    assert timer._typical == pytest.approx(1.0)  # learned from the middle
+    assert timer.own == pytest.approx(1.0)  # its ends, what following them cost (the hooks take no time here)
+
+
 def test_closing_a_record_is_counted_as_its_cost(monkeypatch: pytest.MonkeyPatch) -> None:
     from hookscope.callbacks import _budget
 

@@ -569,6 +569,83 @@ def test_a_step_slowed_by_the_measured_step_before_it_is_the_measurings_cost(clo
     assert budget.summary()["after_warmup"]["seconds"] == pytest.approx(4e-3 * len(later), rel=0.01)
 
 
+def test_a_slow_step_left_alone_moves_the_typical_step_time_as_one_a_quarter_slower_would(clock: FakeClock) -> None:
+    budget = Budget(None, every=10**6)  # step 0 measured, the others left alone
+    for step, seconds in enumerate([1e-3, 1e-3, 4e-3, 2e-3, 0.5e-3]):
+        budget.begin(step)
+        clock.now += seconds
+        budget.end()
+    budget.settle()
+    typical = 1e-3  # the first step left alone sets it; then an EMA of weight 0.1 with slow steps capped
+    for seconds in (4e-3, 2e-3, 0.5e-3):  # a collection, a busy machine: as 1.25 typical; a faster one: as it is
+        typical += 0.1 * (min(seconds, _budget.SLOWER * typical) - typical)
+    assert budget._typical == pytest.approx(typical, rel=1e-12)
+    assert budget._typical < 1.0e-3  # (an EMA of the raw times would be 1.28 ms: every measured step undercharged)
+
+
+def stretch_after(budget: Budget, clock: FakeClock, step_time: float, count: int, ends: float, pause: float) -> None:
+    """A step of `step_time` after the warm-up (the typical one learned), then a stretch of `count` such steps whose
+    two ends take `ends` more, with a `pause` in its middle (timed apart, from its second step to its last)."""
+    budget.begin(WARMUP_STEPS + 2)
+    clock.now += step_time
+    budget.end()
+    clock.now += step_time + ends / 2  # its first step
+    middle_began = clock.now
+    clock.now += (count - 2) * step_time + pause
+    middle = (clock.now - middle_began, count - 2)
+    clock.now += step_time + ends / 2  # its last step
+    budget.stretch_ended(WARMUP_STEPS + 3, count, middle)
+
+
+def test_what_the_ends_of_a_stretch_take_beyond_its_middle_steps_is_charged(clock: FakeClock) -> None:
+    charged = []
+    for ends, pause in ((1e-3, 0.0), (0.0, 0.0), (1e-3, 10.0), (10.0, 0.0)):
+        budget = Budget(0.03, every=1)
+        simulate(budget, clock, WARMUP_STEPS + 2, step_time=1e-3, cost=0.0)
+        own = budget.own
+        stretch_after(budget, clock, 1e-3, 10, ends, pause)
+        charged.append((budget.own - own, budget._credit, budget._typical))
+    earned = 0.03 * 1e-3  # a step's earning: the credit is capped there
+    (ends, ends_credit, typical), (none, none_credit, none_typical) = charged[:2]
+    assert ends == pytest.approx(1e-3, rel=1e-9) and none == pytest.approx(0.0, abs=1e-15)
+    assert none_credit == pytest.approx(earned) and ends_credit == pytest.approx(earned + 10 * earned - 1e-3)
+    assert typical == none_typical == pytest.approx(1e-3, rel=1e-9)  # learned from the middle: the ends apart
+    (paused, _, paused_typical), (long_ends, _, _) = charged[2:]
+    assert paused == pytest.approx(0.0, abs=1e-15)  # a pause in the middle is no cost of the monitor
+    assert paused_typical == pytest.approx(1e-3 * (1 + (1 - 0.9**10) * (_budget.SLOWER - 1)), rel=1e-9)
+    assert long_ends == pytest.approx(2e-3, rel=1e-9)  # a pause at an end: charged as two steps at most
+
+
+def test_a_stretch_foreseen_on_the_step_after_a_measured_one_reaches_the_next_measured_step(clock: FakeClock) -> None:
+    """As `ActivationStats` follows batches: the step after a measured one (slower by two steps, untimed) foresees
+    the stretch after it before its own cost is charged, and each stretch's ends take a quarter step more. The
+    stretch sets both aside, so that it ends where the next step is measured. Dyadic times: sums are exact."""
+    budget, kinds, step, ms = Budget(2**-5, every=1), [], 0, 2**-10
+    while step < 6000:
+        chosen = budget.begin(step)
+        after = bool(kinds) and kinds[-1] == "measured" and not chosen
+        kinds.append("measured" if chosen else "after" if after else "alone")
+        if chosen:
+            budget.add_own(ms)
+            clock.now += ms
+        clock.now += ms + (2 * ms if after and step > WARMUP_STEPS + 1 else 0.0)
+        count = 0 if chosen else budget.stretch(step) - 1
+        if count >= 2:
+            budget.end()  # the stretch's first step begins
+            clock.now += count * ms + ms / 4
+            budget.stretch_ended(step + 1, count, ((count - 2) * ms, count - 2))
+            kinds += ["stretch"] * count
+            step += count
+        step += 1
+    budget.settle()
+    late = kinds[2000:]
+    runs = "".join(kind[0] for kind in late).replace("s", "")  # m(easured), a(fter), a(lone) in order
+    assert runs.count("m") > 5 and set(runs.split("ma")[1:-1]) == {""}  # each stretch reaches a measured step
+    measured = late.count("measured")
+    # each measured step: a step measured, two after it, a quarter at the stretch's ends, paid at 1/32 of a step
+    assert measured == pytest.approx(len(late) / (3.25 * 32 + 2), rel=0.05)
+
+
 def test_a_resumed_run_goes_on_with_the_budget_it_saved(tmp_path: Path) -> None:
     from hookscope import load_state, save_state
 

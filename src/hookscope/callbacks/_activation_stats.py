@@ -155,6 +155,7 @@ class ActivationStats(HookCallback):
         self._filled: set[int] = set()  # records something was kept in
         self._stretch = (0, 0)  # (first batch, count) of a stretch of batches left alone (`Budget.stretch`)
         self._stretch_left = 0  # its batches still to begin
+        self._marks: list[float] = []  # when its second and its last batch began: its middle ones, timed apart
 
     def _new_table(self) -> RecordTable:
         return RecordTable(
@@ -230,10 +231,9 @@ class ActivationStats(HookCallback):
             if self.is_registered:
                 with timer.timed():
                     self.pause()
-            else:  # left alone after a batch left alone: the next ones may be foreseen, and only counted
-                count = timer.stretch(batch) - 1
-                if count >= 2:
-                    self._stretch, self._stretch_left = (batch + 1, count), count
+            count = timer.stretch(batch) - 1  # the next ones may be foreseen, and only counted
+            if count >= 2:
+                self._stretch, self._stretch_left = (batch + 1, count), count
             return
         if self._records >= self.capacity:
             self._drop()
@@ -258,11 +258,14 @@ class ActivationStats(HookCallback):
         left = self._stretch_left
         if not left:
             if count:  # the stretch ended with the batch before this one
-                timer.stretch_ended(first, count)
-                self._stretch = (0, 0)
+                marks = self._marks
+                inner = (marks[1] - marks[0], count - 2) if len(marks) == 2 and count > 2 else None
+                timer.stretch_ended(first, count, inner)
+                self._stretch, self._marks = (0, 0), []
             return False
         if left == count:  # its first batch: the batch before it ends now, and the root hooks come off
             timer.end()
+            self._marks = []
             for handle in self._frame_handles:
                 handle.pause()
             if self._frames is not None:
@@ -273,6 +276,8 @@ class ActivationStats(HookCallback):
                 left = 2  # its first and last batches are seen
         self._stretch_left = left = left - 1
         if not left:  # its last batch: the root hooks go back on (this forward's end closes no frame)
+            if len(self._marks) == 1:
+                self._marks.append(time.perf_counter())
             for handle in self._frame_handles:
                 handle.resume()
         return True
@@ -281,6 +286,8 @@ class ActivationStats(HookCallback):
     def on_batch_end(self, batch: int) -> None:
         """Close the open record (its small outputs wait to be described with later ones)."""
         if self._stretch[1] and self._row < 0:  # a batch of a stretch left alone, or the one before: no record
+            if 0 < self._stretch_left < self._stretch[1] and not self._marks:  # its first one: the middle begins
+                self._marks.append(time.perf_counter())
             return
         timer = self._timer
         if timer is not None and self._row >= 0:

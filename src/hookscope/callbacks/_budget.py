@@ -12,8 +12,12 @@ a measured step takes beyond that is its cost too, timed from the host or not (h
 torch's slower path for hooked modules). On the steps it does not measure, the monitor's per-module hooks are
 off the modules (paused: `hookscope.hooks.HookHandle.pause`), so the model runs as if unwatched; what is left is
 the fixed cost of following the steps (an optimizer hook or a root hook), which the budget does not see. A run of
-steps left alone can be foreseen at the typical step time (`stretch`) and followed by a count alone
-(`stretch_ended` counts their time as each step would be counted).
+steps left alone can be foreseen at the typical step time (`stretch`, which sets aside what is still to be
+charged: the step after a measured one, the stretch's ends) and followed by a count alone (`stretch_ended` counts
+their time as each step would be counted; where the middle of the stretch is timed apart, what its two ends took
+beyond as many middle steps is charged too). The typical step time is learned so that a slow step (a pause, a
+busy machine, a garbage collection) moves it as one `SLOWER` times the typical would: the yardstick of what
+measuring costs stays what a step left alone takes.
 
 Timing uses `time.perf_counter` on the host: on a GPU, the statistics' kernels run asynchronously and are counted
 only as far as they lengthen the step on the host (no synchronization is ever added to time them).
@@ -33,6 +37,10 @@ WARMUP_STEPS = 16
 
 LONGEST_STRETCH = 4096
 """The most steps `Budget.stretch` leaves alone in one go (then it is asked again)."""
+
+
+SLOWER = 1.25
+"""The most a step left alone counts for, in typical steps, when the typical step time is learned from it."""
 
 
 def check_budget(budget: float | None, none_means: str) -> float | None:
@@ -77,6 +85,8 @@ class Budget:
         self._typical: float | None = None  # a running mean of the time of steps not measured
         self._decided: tuple[int, bool] = (-1, False)  # (step, measured) decided before it began (`decide`)
         self._ended: float | None = None  # when the last step was ended by `end` (the next one's time runs from it)
+        self._after = 0.0  # what the last step after a measured one cost (`stretch` foresees the next such one)
+        self._ends = 0.0  # what following the ends of the last stretch cost (`stretch_ended`)
 
     def add_own(self, seconds: float) -> None:
         """Count `seconds` of hookscope's own work."""
@@ -142,7 +152,10 @@ class Budget:
         typical = self._typical
         if typical is None:
             return 1
-        earned, credit, count = (self.budget or 0.0) * typical, self._credit, 1
+        # what is still to be charged: the open step, if it follows a measured one, and the stretch's own ends
+        after = self._began is not None and self._follows and not self._chosen
+        credit = self._credit - self._ends - (self._after if after else 0.0)
+        earned, count = (self.budget or 0.0) * typical, 1
         while count < LONGEST_STRETCH:
             credit = min(credit + earned, earned)  # as `settle` counts a step left alone at the typical time
             if self._rule(first + count, credit):
@@ -150,24 +163,37 @@ class Budget:
             count += 1
         return count
 
-    def stretch_ended(self, first: int, count: int) -> None:
+    def stretch_ended(self, first: int, count: int, inner: tuple[float, int] | None = None) -> None:
         """Steps `first` to `first + count - 1`, left alone (none was measured or followed a measured one), ended
         now, the first beginning when the step before it ended (`end`), none seen to begin or end: count them as
-        `begin` and `end` would, each taking their mean time, in one go."""
+        `begin` and `end` would, each taking their mean time, in one go.
+
+        `inner` is `(seconds, steps)` of the stretch's middle, timed apart (from its second step's start to its
+        last one's), where the monitor follows the steps of its ends and not the middle ones: a middle step is
+        then what a step left alone takes, and what the stretch took beyond as many such steps is the cost of
+        following its ends (at most two such steps: more is a pause, not the monitor)."""
         now = time.perf_counter()
         ended, closing = self._ended, self._spent
         self.settle()  # the step before them: what hookscope did after it ended
         began = now if ended is None else ended + closing
         elapsed = max(now - began, 0.0)
-        mean, typical = elapsed / count, self._typical
+        mean, typical, ends = elapsed / count, self._typical, 0.0
+        if inner is not None and inner[1] > 0 and inner[0] > 0:
+            mean = inner[0] / inner[1]
+            ends = min(max(elapsed - count * mean, 0.0), 2 * mean)
+            self._ends = ends
         own = mean if typical is None else min(mean, 2 * typical)  # a pause counts as no more than two typical steps
         if self.budget is not None and first >= WARMUP_STEPS:
             earned = self.budget * own
-            self._credit = min(self._credit + count * earned, earned)  # `settle`'s rule, applied `count` times
-        self._typical = own if typical is None else typical * 0.9**count + own * (1 - 0.9**count)
+            self._credit = min(self._credit + count * earned - ends, earned)  # `settle`'s rule, `count` times
+        if first >= WARMUP_STEPS:
+            self.measured[1] += ends  # what measuring costs: its steps, the steps after them, the stretches' ends
+        self._learn(mean, 1 - 0.9**count)
         self.total += elapsed
+        self.own += ends
+        self.largest = max(self.largest, ends)
         self.skipped[0] += count
-        self.skipped[1] += elapsed
+        self.skipped[1] += elapsed - ends
         self.steps += count
         self._step, self._chosen, self._follows = first + count - 1, False, False
         self._began, self._ended = None, now
@@ -182,6 +208,8 @@ class Budget:
         self._began = None
         self.total += elapsed
         spent, own, credit = self._charge(elapsed)
+        if self._follows and not self._chosen:
+            self._after = spent
         if self._step >= WARMUP_STEPS and (self._chosen or self._follows):
             self.measured[0] += 1 if self._chosen else 0
             self.measured[1] += spent
@@ -189,12 +217,20 @@ class Budget:
             self.skipped[0] += 1
             self.skipped[1] += elapsed
             if self._typical is None or not self._follows:  # the first one teaches it whatever came before
-                self._typical = own if self._typical is None else 0.9 * self._typical + 0.1 * own
+                self._learn(own, 0.1)
         if self.budget is not None and self._step >= WARMUP_STEPS:  # the warm-up is free
             self._credit = credit
         self.own += spent
         self.largest = max(self.largest, spent)
         self._spent = 0.0
+
+    def _learn(self, seconds: float, weight: float) -> None:
+        """Move the typical time of a step left alone toward `seconds` (what one took) by `weight` (the first one
+        sets it). A slower step moves it as one `SLOWER` times the typical would: a pause, a busy machine or a
+        garbage collection are not what a step takes, and a yardstick they inflated would undercharge every
+        measured step (what it takes beyond the typical); a faster one moves it all the way."""
+        typical = self._typical
+        self._typical = seconds if typical is None else typical + weight * (min(seconds, SLOWER * typical) - typical)
 
     def _charge_closing(self) -> None:
         """Charge what hookscope did since the last step `end`ed (closing its row) to that step."""
