@@ -46,6 +46,7 @@ docs: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/overhead.py
+	$(BIN)/python bench/budget.py
 	$(BIN)/python bench/steer.py
 
 # A sampled mutation run (tools/mutate.py), on demand, never part of `make test`; options in MUTATE, for instance
