@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 
 from .._check import NON_EMPTY, checked, hint_for
-from .._torch import graph_task_id, queue_after_backward
+from .._torch import queue_after_backward
 from ..hooks import HookHandle, register_module_hook, register_optimizer_hook
 from ..hooks._calls import Eager
 from ..hooks._guards import check_hookable
@@ -247,17 +247,6 @@ class LoopDriver:
         self._handles.append(register_optimizer_hook(optimizer, "step_post", self._step_post, owner=self, tags=tags))
 
     def _forward_pre(self, module: nn.Module, args: Any) -> None:
-        if (  # the middle of a stretch let pass (`skip_batches`): a training forward is counted, nothing else
-            self.batches_to_skip
-            and not self.is_batch_open
-            and module.training
-            and torch.is_grad_enabled()
-            and graph_task_id() == -1
-            and module is self._model()
-        ):  # the full path below, cut short: the fixed cost of every step left alone
-            self.batches_to_skip -= 1
-            self._numbers.begin()
-            return
         if module is not self._model():
             return
         reason = uncounted(module, self.train_only)
