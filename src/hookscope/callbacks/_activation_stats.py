@@ -261,7 +261,7 @@ class ActivationStats(HookCallback):
                 marks = self._marks
                 inner = (marks[1] - marks[0], count - 2) if len(marks) == 2 and count > 2 else None
                 timer.stretch_ended(first, count, inner)
-                self._stretch, self._marks = (0, 0), []
+                self._stretch = (0, 0)
             return False
         if left == count:  # its first batch: the batch before it ends now, and the root hooks come off
             timer.end()
