@@ -170,11 +170,15 @@ def test_sampled_unit_activity_converges_over_steps() -> None:
     assert bool((active[:100] == 0).all())
 
 
-def test_update_ratios_of_large_and_small_parameters_match_the_oracle() -> None:
+@pytest.mark.parametrize("exact", [True, False])
+def test_update_ratios_of_large_and_small_parameters_match_the_oracle(exact: bool) -> None:
+    """Small parameters' changes are read whole; a large one's ("0.weight", 16,384 values, and "2.weight", 1M) is
+    read whole with `exact=True`, else estimated from the same 8,000 or so positions read before and after the
+    step (within 2 % of the truth here: the estimate's spread is about 1 %)."""
     torch.manual_seed(1)
     model = large_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    w = watch(model, opt, select=["0", "2", "4"])
+    w = watch(model, opt, select=["0", "2", "4"], exact=exact)
     inputs = [torch.randn(64, 16) for _ in range(3)]
     _, _, seen = train(model, w, inputs, ["0"])
     results = w.results()
@@ -182,7 +186,8 @@ def test_update_ratios_of_large_and_small_parameters_match_the_oracle() -> None:
     for k, (grads, ratios) in enumerate(seen):
         for name in grads:  # "2.weight" is large (1M values), the biases small
             assert float(results.param_grads[name]["norm"][k]) == pytest.approx(grads[name], rel=1e-4)
-            assert float(results.update_ratios[name][k]) == pytest.approx(ratios[name], rel=1e-3)
+            tolerance = 0.02 if name in ("0.weight", "2.weight") and not exact else 1e-3
+            assert float(results.update_ratios[name][k]) == pytest.approx(ratios[name], rel=tolerance)
 
 
 class InPlaceAt(nn.Module):

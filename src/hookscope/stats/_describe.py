@@ -22,7 +22,16 @@ from ._rows import Rows, describe_rows
 from ._sample import Sampler
 from ._spec import Spec, wide_dtype
 
-__all__ = ["Described", "Sample", "describe", "describe_large", "estimate", "take_sample"]
+__all__ = [
+    "Described",
+    "Sample",
+    "describe",
+    "describe_large",
+    "estimate",
+    "sample_alone",
+    "sample_values",
+    "take_sample",
+]
 
 RAW = ("sum", "squares", "min", "max")
 """What `take_sample` reads exactly from every value (float32 accumulation)."""
@@ -124,9 +133,31 @@ def take_sample(x: torch.Tensor, sampler: Sampler, *, with_sum: bool = True, wit
     smallest, largest = _extremes(x) if with_extremes else (squares, squares)
     comb, count, slack = sampler.positions(x.numel(), x.device)
     start = sampler.draw(slack)
-    values = flat[start:].index_select(0, comb) if flat is not None else torch.take(x, comb + start)
     raw = (total, squares, smallest, largest)
-    return Sample(raw, values if values.dtype == torch.float32 else values.float(), comb, start, x.numel(), count)
+    return Sample(raw, sample_values(x, comb, start), comb, start, x.numel(), count)
+
+
+def sample_values(x: torch.Tensor, comb: torch.Tensor, start: int) -> torch.Tensor:
+    """The values of `x` at the flat (row-major) positions `comb + start` (`Sampler.positions`, `Sampler.draw`),
+    as a new float32 tensor."""
+    x = x.detach()
+    values = x.reshape(-1)[start:].index_select(0, comb) if x.is_contiguous() else torch.take(x, comb + start)
+    return values if values.dtype == torch.float32 else values.float()
+
+
+def sample_alone(values: torch.Tensor, comb: torch.Tensor, start: int, numel: int, count: int) -> Sample:
+    """A `Sample` of a tensor nobody read whole: `values` (float32, `Sampler` padded) are all there is of it, so
+    its norm is estimated from them (`estimate_norms`). The change of a large weight in an optimizer step is
+    such a tensor: read at the same positions before and after the step, it costs two gathers instead of a copy
+    of the weight and three passes over it.
+
+    Its readings say no more than the sample does: the sums of squares are NaN (none was read), and the extremes
+    are 0 when every sampled value is finite and NaN when one is not (`x * 0` is NaN for inf and NaN), so that a
+    change that is not finite where it was sampled is counted as such, and one that is nowhere it was sampled
+    is not."""
+    flag = values[:count].mul(0.0).sum()
+    unread = torch.full_like(flag, math.nan)
+    return Sample((unread, unread, flag, flag), values, comb, start, numel, count)
 
 
 CACHED_EXTREMES = 1 << 19

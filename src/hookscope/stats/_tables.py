@@ -93,7 +93,9 @@ class PendingTable(abc.ABC):
     def _is_small(self, x: torch.Tensor) -> bool:
         return x.numel() < SMALL_BELOW and x.dtype != torch.float64
 
-    def _is_sampled(self, x: torch.Tensor) -> bool:
+    def is_sampled(self, x: torch.Tensor) -> bool:
+        """Whether `x` is read as its sums and a sample (a 16/32-bit float tensor of a sample's width or more, with
+        a sampler)."""
         sampler = self.sampler
         return sampler is not None and x.is_floating_point() and x.dtype != torch.float64 and x.numel() >= sampler.size
 
@@ -291,7 +293,7 @@ class RecordTable(PendingTable):
             return None
         if self._is_small(x):
             return ("small", row, ((key, tuple(x.shape)),), small_copy(x, owned))
-        if self.sampler is not None and self._is_sampled(x):
+        if self.sampler is not None and self.is_sampled(x):
             sample = take_sample(x, self.sampler)
             return ("sampled", row, key, sample, self._unit_plan(key, tuple(x.shape), x.device))
         return ("large", row, key, *self._describe_exactly(key, x.detach()))
@@ -588,7 +590,7 @@ class NormTable(PendingTable):
             return
         if self._is_small(x):
             self._keep_small(row, key, x, owned)
-        elif self.sampler is not None and self._is_sampled(x):
+        elif self.sampler is not None and self.is_sampled(x):
             sample = take_sample(x, self.sampler, with_sum=False, with_extremes=self.count_nonfinite)
             self._keep_sample(row, key, sample, None)
         else:
@@ -598,6 +600,11 @@ class NormTable(PendingTable):
         """Observe several small tensors of row id `row` given concatenated in `flat` (a float32 tensor nobody else
         holds: the parameters of an optimizer step in one copy), `keys[i]` of shape `shapes[i]`."""
         self._keep_flat(row, keys, shapes, flat)
+
+    def add_sample(self, row: int, key: int, sample: Sample) -> None:
+        """Observe a tensor read as `sample` alone (`sample_alone`: the change of a large weight) in cell (row id,
+        key): its norm is estimated from the sample."""
+        self._keep_sample(row, key, sample, None)
 
     def add_record(self, row: int, key: int, norm: torch.Tensor) -> None:
         """Add a norm record made elsewhere (a compiled backward's, for instance) to cell (row id, key)."""

@@ -3,8 +3,12 @@
 Small parameters (fewer than `SMALL_BELOW` values) are handled together: their gradients are copied into one
 flat tensor per step, their values into one flat copy before the optimizer step and one after, and the tables
 describe all of them in their batched pass; large ones are described at once (a norm each). The update ratio is
-the engine's (`hookscope.stats.ratio_of_norms`): ||W_after - W_before|| / ||W_after||. FSDP2 parameters are read
-as this rank's shard.
+the engine's (`hookscope.stats.ratio_of_norms`): ||W_after - W_before|| / ||W_after||. ||W_after|| is exact. The
+change of a large weight is read, as the tables read every large tensor, as a sample: the same positions
+(`Sampler`) before and after the optimizer step, so its norm is estimated (`sample_alone`; the `sampled` column of
+its norm record says so) at the cost of two gathers, where an exact one costs a copy of the weight and three
+passes over it, the largest part of a measured step on a model of large layers. `exact=True` copies and reads
+every value. FSDP2 parameters are read as this rank's shard.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import torch
 import torch.nn as nn
 
 from .._torch import flatten, foreach_copy_, foreach_sub_
+from ..stats._describe import sample_alone, sample_values
 from ..stats._dtensor import is_dtensor, local_part
 from ..stats._tables import SMALL_BELOW
 from ._buffers import StepBuffers
@@ -53,7 +58,10 @@ class ParamRecorder:
         """Watch `params` (a new fit of the same model, or none at all after removal)."""
         self.params = params
         self._sharded = any(_is_dtensor(p) for p in params)
-        self._copies: list[torch.Tensor] | None = None  # the large weights before an optimizer step
+        self._copies: list[torch.Tensor] | None = None  # the large weights read whole, before an optimizer step
+        self._whole: list[int] = []  # the indices of those
+        self._samples: list[tuple[int, torch.Tensor, int, int, torch.Tensor]] = []  # the large weights sampled
+        # before it: (index, positions, start, sample size, values)
         self._flat_before: torch.Tensor | None = None  # the small ones, concatenated
         self._snapshot_row = -1
         self._grads_row = -1  # the row whose parameter gradients were taken
@@ -89,24 +97,33 @@ class ParamRecorder:
                     table.add(slot, i, grad)
 
     def snapshot(self) -> None:
-        """Copy the watched parameters before an optimizer step of a recorded step: small ones into one flat
-        tensor (one call), large ones into reused buffers."""
+        """Read the watched parameters before an optimizer step of a recorded step: small ones copied into one
+        flat tensor (one call), large ones sampled (`sample_values`) or, where a table reads them whole (float64,
+        complex, `exact=True`), copied into reused buffers."""
         if self.state.row < 0 or not self.params or "update_ratios" not in self.options.groups:
             return
         small, large = self._param_split()
         current = self._values()
+        sampler, is_sampled = self.buffers.updates.sampler, self.buffers.updates.is_sampled
+        self._whole = [i for i in large if not is_sampled(current[i])]
         with torch.no_grad():
             self._flat_before = _flatten([current[i] for i in small]) if small else None
-            copies = self._copies
-            if copies is None or any(c.shape != current[i].shape for c, i in zip(copies, large, strict=True)):
-                copies = self._copies = [torch.empty_like(current[i]) for i in large]
-            if large:
-                foreach_copy_(copies, [current[i] for i in large])
+            self._samples = []
+            if sampler is not None:
+                for i in (i for i in large if is_sampled(current[i])):
+                    comb, count, slack = sampler.positions(current[i].numel(), current[i].device)
+                    start = sampler.draw(slack)
+                    self._samples.append((i, comb, start, count, sample_values(current[i], comb, start)))
+            copies, whole = self._copies, self._whole
+            if copies is None or any(c.shape != current[i].shape for c, i in zip(copies, whole, strict=True)):
+                copies = self._copies = [torch.empty_like(current[i]) for i in whole]
+            if whole:
+                foreach_copy_(copies, [current[i] for i in whole])
         self._snapshot_row = self.state.row
 
     @property
     def is_snapshot_pending(self) -> bool:
-        """Whether weights copied before an optimizer step wait for `record_ratios`."""
+        """Whether weights read before an optimizer step wait for `record_ratios`."""
         return self._snapshot_row >= 0
 
     def record_ratios(self) -> None:
@@ -115,10 +132,11 @@ class ParamRecorder:
         if row < 0 or copies is None:
             return
         self._snapshot_row = -1
+        samples, self._samples = self._samples, []
         if not self.buffers.is_live(row) or not self.params or row != self.state.row:
             self.drop("late_update")
             return
-        small, large = self._param_split()
+        small, _ = self._param_split()
         current = self._values()
         count = len(self.params)
         table = self.buffers.updates
@@ -129,10 +147,15 @@ class ParamRecorder:
                 shapes = [tuple(current[i].shape) for i in small]
                 table.add_flat(slot, small, shapes, self._flat_before.sub_(after))
                 table.add_flat(slot, [count + i for i in small], shapes, after)
-            if large:
-                foreach_sub_(copies, [current[i] for i in large])
+            for i, comb, start, size, before in samples:
+                slot = self.buffers.ready(row, before.device)
+                change = before.sub_(sample_values(current[i], comb, start))
+                table.add_sample(slot, i, sample_alone(change, comb, start, current[i].numel(), size))
+                table.add(slot, count + i, current[i])
+            if self._whole:
+                foreach_sub_(copies, [current[i] for i in self._whole])
                 slot = self.buffers.ready(row, copies[0].device)
-                for copy, i in zip(copies, large, strict=True):
+                for copy, i in zip(copies, self._whole, strict=True):
                     table.add(slot, i, copy)
                     table.add(slot, count + i, current[i])
         self._flat_before = None
