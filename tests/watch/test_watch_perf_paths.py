@@ -281,6 +281,42 @@ def test_non_finite_gradients_are_counted_and_left_out_of_the_norm(rows: int, ex
         assert float(grads["norm"][0]) == pytest.approx(wanted.norm, rel=0.02)
 
 
+class Huge(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad * 1e20  # every value finite (about 3e18), their float32 sum of squares not
+
+
+class HugeGrad(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return Huge.apply(x)
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_a_sampled_gradient_whose_sum_of_squares_overflows_float32_is_flagged_as_the_api_says(exact: bool) -> None:
+    """An output gradient of 16384 values or more is read as its float32 sum of squares and a sample (no min/max
+    pass): a sum of squares that is not finite stands for a non-finite value, so a finite gradient whose norm is
+    beyond float32's range is flagged (at least 1), its norm estimated from the sample; `exact=True` counts."""
+    model = nn.Sequential(nn.Linear(8, 1024), HugeGrad(), nn.Linear(1024, 1))
+    backward = GradCapture(["0"])
+    w = Watch(select=["0"], exact=exact)
+    with LoopDriver([backward, w], model):
+        model(torch.randn(64, 8)).sum().backward()
+    grads = w.results().output_grads["0"]
+    wanted = expected(values_of(*backward.batches[0][0]))
+    assert wanted.nonfinite == 0 and wanted.norm > 3.5e38**0.5  # the oracle: all finite, squares overflow float32
+    if exact:
+        assert float(grads["nonfinite"][0]) == 0
+        assert float(grads["norm"][0]) == pytest.approx(wanted.norm, rel=1e-6)
+    else:
+        assert float(grads["nonfinite"][0]) >= 1
+        assert float(grads["norm"][0]) == pytest.approx(wanted.norm, rel=0.02)
+
+
 def test_a_gradient_that_arrives_after_its_step_is_still_recorded() -> None:
     torch.manual_seed(4)
     model = nn.Sequential(nn.Linear(3, 5))

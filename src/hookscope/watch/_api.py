@@ -33,8 +33,9 @@ def watch(model: nn.Module, optimizer: torch.optim.Optimizer | None = None, **op
     and move to the host every `buffer_steps` recorded steps, when read, and at the end.
 
     Cost: an output or gradient of 16384 values or more is described as soon as its hook sees it, in a few
-    passes (its gradients' non-finite column is then a flag: 1 when the gradient's norm is not finite, rather than
-    an exact count, which would take three more passes); smaller tensors are kept, and those of up to 32 steps
+    passes (an output gradient's non-finite column then says whether its float32 sum of squares is not finite: at
+    least 1, the count estimated from the sample, also for a norm beyond float32's range; an exact count would take
+    a min/max pass more); smaller tensors are kept, and those of up to 32 steps
     are described together with a fixed number of torch calls. Steps not measured cost nothing under the budget
     (the default); with `every`, one min/max per output, or nothing with `check_nonfinite=False`. Attached before
     `torch.compile`, the hooks compile into the graph without graph breaks, and the statistics are the same as in
