@@ -317,6 +317,37 @@ def test_a_sampled_gradient_whose_sum_of_squares_overflows_float32_is_flagged_as
         assert float(grads["norm"][0]) == pytest.approx(wanted.norm, rel=0.02)
 
 
+@pytest.mark.parametrize("exact", [True, False])
+def test_non_finite_parameter_gradients_are_counted_or_flagged_and_left_out_of_the_norm(exact: bool) -> None:
+    """A small parameter's gradient (batched) is counted exactly; a large one's (65,536 values) exactly with
+    `exact=True`, else flagged from its float32 sum of squares (at least 1) with the norm of its finite values
+    estimated from the sample."""
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Linear(1024, 64), nn.ReLU(), nn.Linear(64, 1))
+    poison = {"0.weight": [5, 700, 40_000], "0.bias": [7]}
+    for name, parameter in model.named_parameters():
+        if name in poison:
+            where = torch.tensor(poison[name])
+            parameter.register_hook(lambda g, where=where: g.flatten().index_fill(0, where, math.nan).view_as(g))
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    w = watch(model, opt, every=1, exact=exact)
+    with LoopDriver([w], model, opt):
+        model(torch.randn(32, 1024)).sum().backward()
+        grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+        opt.step()
+    results = w.results().param_grads
+    for name, grad in grads.items():
+        wanted = expected(values_of(grad))
+        assert wanted.nonfinite == len(poison.get(name, []))  # the oracle saw the poison
+        got = {stat: float(results[name][stat][0]) for stat in ("norm", "nonfinite")}
+        if name == "0.weight" and not exact:
+            assert got["nonfinite"] >= 1
+            assert got["norm"] == pytest.approx(wanted.norm, rel=0.02)
+        else:
+            assert got["nonfinite"] == wanted.nonfinite, name
+            assert got["norm"] == pytest.approx(wanted.norm, rel=1e-6), name
+
+
 def test_a_gradient_that_arrives_after_its_step_is_still_recorded() -> None:
     torch.manual_seed(4)
     model = nn.Sequential(nn.Linear(3, 5))
