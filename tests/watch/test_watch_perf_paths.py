@@ -246,27 +246,37 @@ def test_a_module_called_with_small_and_large_inputs_merges_both() -> None:
         assert float(stats[name][0]) == pytest.approx(value, rel=1e-4, abs=1e-6), name
 
 
-class Spike(torch.autograd.Function):
+class EditGrad(torch.autograd.Function):
+    """The identity, whose backward hands on `edit(grad)`."""
+
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+    def forward(ctx: Any, x: torch.Tensor, edit: Any) -> torch.Tensor:
+        ctx.edit = edit
         return x.clone()
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
-        grad = grad.clone()
-        grad.view(-1)[:3] = float("inf")
-        return grad
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return ctx.edit(grad), None
 
 
-class SpikeGrad(nn.Module):
+class GradEdit(nn.Module):
+    def __init__(self, edit: Any) -> None:
+        super().__init__()
+        self.edit = edit
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return Spike.apply(x)
+        return EditGrad.apply(x, self.edit)
+
+
+def spike(grad: torch.Tensor) -> torch.Tensor:
+    """Three inf values."""
+    return grad.flatten().index_fill(0, torch.arange(3), math.inf).view_as(grad)
 
 
 @pytest.mark.parametrize(("rows", "exact"), [(2, False), (64, True), (64, False), (256, False)])
 def test_non_finite_gradients_are_counted_and_left_out_of_the_norm(rows: int, exact: bool) -> None:
     """Small (batched), large (described at once) and very large (sampled) gradients with three inf values."""
-    model = nn.Sequential(nn.Linear(8, 1024), SpikeGrad(), nn.Linear(1024, 1))
+    model = nn.Sequential(nn.Linear(8, 1024), GradEdit(spike), nn.Linear(1024, 1))
     backward = GradCapture(["0"])
     w = Watch(select=["0"], exact=exact)
     with LoopDriver([backward, w], model):
@@ -281,19 +291,9 @@ def test_non_finite_gradients_are_counted_and_left_out_of_the_norm(rows: int, ex
         assert float(grads["norm"][0]) == pytest.approx(wanted.norm, rel=0.02)
 
 
-class Huge(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
-        return grad * 1e20  # every value finite (about 3e18), their float32 sum of squares not
-
-
-class HugeGrad(nn.Module):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return Huge.apply(x)
+def huge(grad: torch.Tensor) -> torch.Tensor:
+    """Every value finite (about 3e18), their float32 sum of squares not."""
+    return grad * 1e20
 
 
 @pytest.mark.parametrize("exact", [True, False])
@@ -301,7 +301,7 @@ def test_a_sampled_gradient_whose_sum_of_squares_overflows_float32_is_flagged_as
     """An output gradient of 16384 values or more is read as its float32 sum of squares and a sample (no min/max
     pass): a sum of squares that is not finite stands for a non-finite value, so a finite gradient whose norm is
     beyond float32's range is flagged (at least 1), its norm estimated from the sample; `exact=True` counts."""
-    model = nn.Sequential(nn.Linear(8, 1024), HugeGrad(), nn.Linear(1024, 1))
+    model = nn.Sequential(nn.Linear(8, 1024), GradEdit(huge), nn.Linear(1024, 1))
     backward = GradCapture(["0"])
     w = Watch(select=["0"], exact=exact)
     with LoopDriver([backward, w], model):
