@@ -104,13 +104,20 @@ class ParamRecorder:
             return
         small, large = self._param_split()
         current = self._values()
-        sampler, is_sampled = self.buffers.updates.sampler, self.buffers.updates.is_sampled
-        self._whole = [i for i in large if not is_sampled(current[i])]
+        table = self.buffers.updates
+        sampled: list[int] = []
+        self._whole = []
+        for i in large:
+            if table.is_sampled(current[i]):
+                sampled.append(i)
+            else:
+                self._whole.append(i)
         with torch.no_grad():
             self._flat_before = _flatten([current[i] for i in small]) if small else None
             self._samples = []
-            if sampler is not None:
-                for i in (i for i in large if is_sampled(current[i])):
+            sampler = table.sampler
+            if sampler is not None:  # (there is one when a weight is sampled)
+                for i in sampled:
                     comb, count, slack = sampler.positions(current[i].numel(), current[i].device)
                     start = sampler.draw(slack)
                     self._samples.append((i, comb, start, count, sample_values(current[i], comb, start)))
