@@ -41,10 +41,11 @@ def real_view(x: torch.Tensor) -> torch.Tensor:
 def norm_of(x: torch.Tensor, sampler: Sampler | None = None) -> torch.Tensor:
     """Return the (len(NORM),) float64 norm record of `x`, on its device, without a host sync.
 
-    Exact without a `sampler`, for float64 tensors and below `sampler.size` values: float64, scaled by a power of
-    two so that no square overflows. With a `sampler`, two passes (a float32 sum of squares and min/max) and a
-    sample (`estimate_norms`): the norm is exact unless a value is not finite or the float32 sum of squares
-    overflows; it is then estimated from the sample's finite values.
+    Exact without a `sampler`, for float64 tensors and below `sampler.size` values: the squares of narrower values
+    summed in float64 (exact squares, never overflowing: one pass), float64 values scaled by a power of two so that
+    no square overflows. With a `sampler`, two passes (a float32 sum of squares and min/max) and a sample
+    (`estimate_norms`): the norm is exact unless a value is not finite or the float32 sum of squares overflows; it
+    is then estimated from the sample's finite values.
     """
     x = real_view(x.detach())
     n = x.numel()
@@ -72,7 +73,13 @@ def estimate_norms(raw: torch.Tensor, numel: torch.Tensor, sampled: torch.Tensor
 
 
 def _exact_norm(flat: torch.Tensor) -> torch.Tensor:
-    values = flat.double()
+    if flat.dtype != torch.float64:  # squares of narrower values are exact in float64 and never overflow there
+        finite = torch.isfinite(flat)
+        clean = torch.where(finite, flat, 0).double()  # one pass (one fused loop when compiled)
+        norm = torch.dot(clean, clean).sqrt()
+        count = torch.full_like(norm, flat.numel())
+        return torch.stack((norm, count - finite.sum(), count, torch.zeros_like(norm)))
+    values = flat
     finite = torch.isfinite(values)
     clean = torch.where(finite, values, 0.0)
     largest = clean.abs().amax()
