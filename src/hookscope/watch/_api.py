@@ -91,9 +91,9 @@ def watch(model: nn.Module, optimizer: torch.optim.Optimizer | None = None, **op
         exact: Describe every value of outputs of 16384 values or more. By default they are described from their
             exact sums and min/max and a sample of 7700 to 8192 values (their count, mean, min and max stay exact,
             std too while |mean| <= 4 std; the near-zero and saturated fractions, histograms and unit activity
-            are estimates, and `activations[path]["sampled"]` says which steps were sampled), and the change of
-            a weight of 16384 values or more in an optimizer step from the same sample of its positions read before
-            and after the step (its update ratio is an estimate, about 1 % for a dense change), which keeps
+            are estimates, and `activations[path]["sampled"]` says which steps were sampled), and a weight of
+            16384 values or more and its change in an optimizer step from the same sample of its positions read
+            before and after the step (its update ratio is an estimate, about 1 % for a dense change), which keeps
             monitoring cheap on large models.
         strict: Raise failures of the watch's own hooks instead of counting them; `None` reads the
             `HOOKSCOPE_STRICT` environment variable (off unless set to 1).

@@ -3,12 +3,12 @@
 Small parameters (fewer than `SMALL_BELOW` values) are handled together: their gradients are copied into one
 flat tensor per step, their values into one flat copy before the optimizer step and one after, and the tables
 describe all of them in their batched pass; large ones are described at once (a norm each). The update ratio is
-the engine's (`hookscope.stats.ratio_of_norms`): ||W_after - W_before|| / ||W_after||. ||W_after|| is exact. The
-change of a large weight is read, as the tables read every large tensor, as a sample: the same positions
-(`Sampler`) before and after the optimizer step, so its norm is estimated (`sample_alone`; the `sampled` column of
-its norm record says so) at the cost of two gathers, where an exact one costs a copy of the weight and three
-passes over it, the largest part of a measured step on a model of large layers. `exact=True` copies and reads
-every value. FSDP2 parameters are read as this rank's shard.
+the engine's (`hookscope.stats.ratio_of_norms`): ||W_after - W_before|| / ||W_after||. A large weight is read,
+as the tables read every large tensor, as a sample: the same positions (`Sampler`) before and after the optimizer
+step, so the norms of its change and of its weight after the step are estimated from the same positions
+(`sample_alone`; the `sampled` column of their norm records says so) at the cost of two gathers, where exact ones
+cost a copy of the weight and four passes over it, the largest part of a measured step on a model of large
+layers. `exact=True` copies and reads every value. FSDP2 parameters are read as this rank's shard.
 """
 
 from __future__ import annotations
@@ -156,9 +156,9 @@ class ParamRecorder:
                 table.add_flat(slot, [count + i for i in small], shapes, after)
             for i, comb, start, size, before in samples:
                 slot = self.buffers.ready(row, before.device)
-                change = before.sub_(sample_values(current[i], comb, start))
-                table.add_sample(slot, i, sample_alone(change, comb, start, current[i].numel(), size))
-                table.add(slot, count + i, current[i])
+                after, numel = sample_values(current[i], comb, start), current[i].numel()
+                table.add_sample(slot, count + i, sample_alone(after, comb, start, numel, size))
+                table.add_sample(slot, i, sample_alone(before.sub_(after), comb, start, numel, size))
             if self._whole:
                 foreach_sub_(copies, [current[i] for i in self._whole])
                 slot = self.buffers.ready(row, copies[0].device)
