@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from hookscope.stats._attention import (
@@ -81,3 +82,23 @@ def test_the_residual_streams_largest_value_channel_and_token() -> None:
     assert math.isclose(median, float(hidden.abs().median()), rel_tol=0.1)
     sequence_first = hidden.transpose(0, 1)  # (T, B, C)
     assert describe_residual(sequence_first, token_dim=0)[2].item() == 4.0
+
+
+@pytest.mark.parametrize("case", ["random", "ties", "nan", "transposed", "one_token"])
+def test_the_residual_streams_largest_value_is_the_first_in_logical_order_as_a_flat_argmax_finds_it(case: str) -> None:
+    generator = torch.Generator().manual_seed(3)
+    hidden = torch.randn(3, 7, 6, generator=generator)
+    if case == "ties":
+        hidden[0, 5, 4], hidden[1, 2, 1], hidden[2, 0, 0] = 9.0, -9.0, 9.0
+    elif case == "nan":
+        hidden[1, 3, 2], hidden[2, 1, 5] = math.nan, math.nan
+    elif case == "transposed":
+        hidden = hidden.transpose(1, 2)
+    elif case == "one_token":
+        hidden = hidden[:, :1]
+    flat = hidden.abs().reshape(-1)  # the oracle: one argmax over every value in logical order
+    index = int(flat.argmax())
+    channel, token = index % hidden.shape[-1], index // hidden.shape[-1] % hidden.shape[-2]
+    largest, found_channel, found_token, _ = describe_residual(hidden).tolist()
+    assert (found_channel, found_token) == (channel, token)
+    assert math.isnan(largest) if case == "nan" else largest == float(flat[index])
