@@ -173,8 +173,10 @@ def test_sampled_unit_activity_converges_over_steps() -> None:
 @pytest.mark.parametrize("exact", [True, False])
 def test_update_ratios_of_large_and_small_parameters_match_the_oracle(exact: bool) -> None:
     """Small parameters' changes are read whole; a large one's ("0.weight", 16,384 values, and "2.weight", 1M) is
-    read whole with `exact=True`, else estimated from the same 8,000 or so positions read before and after the
-    step (within 2 % of the truth here: the estimate's spread is about 1 %)."""
+    read whole with `exact=True`, else its change and its weight are estimated from the same 8,000 or so positions
+    read before and after the step: within 4 % of the truth (the estimate's spread on this model's first step,
+    over 400 random starts: a standard deviation of 0.5 % for "0.weight" and 1.2 % for "2.weight", 2.7 % at most,
+    so 4 % is over 3 standard deviations; positions that differ before and after the step are off by far more)."""
     torch.manual_seed(1)
     model = large_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
@@ -186,7 +188,7 @@ def test_update_ratios_of_large_and_small_parameters_match_the_oracle(exact: boo
     for k, (grads, ratios) in enumerate(seen):
         for name in grads:  # "2.weight" is large (1M values), the biases small
             assert float(results.param_grads[name]["norm"][k]) == pytest.approx(grads[name], rel=1e-4)
-            tolerance = 0.02 if name in ("0.weight", "2.weight") and not exact else 1e-3
+            tolerance = 0.04 if name in ("0.weight", "2.weight") and not exact else 1e-3
             assert float(results.update_ratios[name][k]) == pytest.approx(ratios[name], rel=tolerance)
 
 
