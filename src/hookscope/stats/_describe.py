@@ -30,6 +30,7 @@ __all__ = [
     "estimate",
     "sample_alone",
     "sample_values",
+    "sum_of_squares",
     "take_sample",
 ]
 
@@ -118,17 +119,31 @@ class Sample:
         return self.comb + self.start
 
 
-def take_sample(x: torch.Tensor, sampler: Sampler, *, with_sum: bool = True, with_extremes: bool = True) -> Sample:
-    """Read `x` (a 16/32-bit float tensor of at least `sampler.size` values) four times: its sum (unless not
-    `with_sum`: the norms need none), sum of squares and min/max (unless not `with_extremes`: a norm alone needs
-    none; the sum of squares stands in for them, so a non-finite one still says a value may not be finite) in
-    float32 accumulation, and a sample. A few calls, no sync."""
+def sum_of_squares(x: torch.Tensor) -> torch.Tensor:
+    """The sum of the squares of every value of `x` (a 16/32-bit float tensor) in float32 accumulation: one pass,
+    0-d float32, no sync. It is not finite when a value is not, or when the sum overflows float32."""
     x = x.detach()
-    flat = x.reshape(-1) if x.is_contiguous() else None
-    if flat is not None and x.dtype == torch.float32:
-        squares = torch.dot(flat, flat)  # BLAS: the fastest pass
-    else:
-        squares = torch.linalg.vector_norm(x, dtype=torch.float32).square()
+    if x.dtype == torch.float32 and x.is_contiguous():
+        flat = x.reshape(-1)
+        return torch.dot(flat, flat)  # BLAS: the fastest pass
+    squares: torch.Tensor = torch.linalg.vector_norm(x, dtype=torch.float32).square()
+    return squares
+
+
+def take_sample(
+    x: torch.Tensor,
+    sampler: Sampler,
+    *,
+    with_sum: bool = True,
+    with_extremes: bool = True,
+    squares: torch.Tensor | None = None,
+) -> Sample:
+    """Read `x` (a 16/32-bit float tensor of at least `sampler.size` values) four times: its sum (unless not
+    `with_sum`: the norms need none), sum of squares (`sum_of_squares`, unless given as `squares`) and min/max
+    (unless not `with_extremes`: a norm alone needs none; the sum of squares stands in for them, so a non-finite
+    one still says a value may not be finite) in float32 accumulation, and a sample. A few calls, no sync."""
+    x = x.detach()
+    squares = sum_of_squares(x) if squares is None else squares
     total = x.sum(dtype=torch.float32) if with_sum else squares  # (a placeholder the norms never read)
     smallest, largest = _extremes(x) if with_extremes else (squares, squares)
     comb, count, slack = sampler.positions(x.numel(), x.device)

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from ._batched import Segments, describe_segments, norm_segments
-from ._describe import Sample, describe, estimate, take_sample
+from ._describe import Sample, describe, estimate, sum_of_squares, take_sample
 from ._histogram import EXPONENT_NONE, counts, exponent_of, rebin, row_counts, segment_counts
 from ._norms import NORM, combine_norm_segments, estimate_norms, norm_of, real_view
 from ._record import RECORD, Column, combine_segments, empty
@@ -572,7 +572,9 @@ class NormTable(PendingTable):
 
     Args:
         keys: The number of keys (modules or parameters).
-        sampler: Read large tensors as sums and a sample (`None`: exactly).
+        sampler: Read large tensors as sums and a sample (`None`: exactly). On the CPU, a large tensor whose
+            float32 sum of squares is finite has no non-finite value, and the root of that sum is its exact norm:
+            it is read once, and its sample taken only otherwise.
         count_nonfinite: Count the non-finite values of large tensors exactly (a min/max pass each); `False` where
             only the norms are read (update ratios): a non-finite sum of squares then stands for them.
     """
@@ -591,7 +593,14 @@ class NormTable(PendingTable):
         if self._is_small(x):
             self._keep_small(row, key, x, owned)
         elif self.sampler is not None and self.is_sampled(x):
-            sample = take_sample(x, self.sampler, with_sum=False, with_extremes=self.count_nonfinite)
+            squares = sum_of_squares(x)
+            if x.device.type == "cpu":  # there, reading it is no sync: when it is finite, so is every value, and
+                total = float(squares)  # its root is the exact norm (no min/max pass, no sample)
+                if math.isfinite(total):
+                    record = (math.sqrt(total), 0.0, float(x.numel()), 0.0)
+                    self._large.append((row, key, torch.tensor(record, dtype=torch.float64)))
+                    return
+            sample = take_sample(x, self.sampler, with_sum=False, with_extremes=self.count_nonfinite, squares=squares)
             self._keep_sample(row, key, sample, None)
         else:
             self._large.append((row, key, norm_of(x.detach())))
