@@ -403,6 +403,32 @@ def test_without_a_budget_every_batch_is_observed_as_fastai() -> None:
     assert stats.batches == list(range(40)) and len(stats.stats) == 40
 
 
+def test_measured_counts_every_batch_begun_and_the_records_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`measured` counts the batches that began, those a stretch left alone passed without an event too (read in
+    the middle of one and after the fit), and the records kept; with `every` or without a budget, nothing is
+    timed."""
+    from hookscope.callbacks._budget import Budget
+
+    observed = {0, 1, 20, 21}
+    monkeypatch.setattr(Budget, "_rule", lambda self, step, credit: step in observed)  # its decisions, not its clock
+    model = nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 2))
+    budgeted, middle = ActivationStats(), {}
+    with budgeted.attach(model):
+        for batch in range(30):
+            model(torch.randn(4, 3)).sum().backward()
+            if batch == 9:  # batches 4 to 19 are a stretch: its driver counts them, no event reaches the callback
+                middle = budgeted.measured
+    assert (middle["steps"], middle["recorded"], middle["budget"]) == (10, 2, 0.03)
+    after = budgeted.measured
+    assert (after["steps"], after["recorded"], budgeted.batches) == (30, 4, sorted(observed))
+    assert isinstance(after["cost"], float) and after["cost"] >= 0
+    for stats, every in ((ActivationStats(every=3), 3), (ActivationStats(budget=None), 1)):
+        with stats.attach(model):
+            for _ in range(10):
+                model(torch.randn(4, 3)).sum().backward()
+        assert stats.measured == {"steps": 10, "every": every, "cost": None, "recorded": len(range(0, 10, every))}
+
+
 @pytest.mark.parametrize("budget", [0.0, 1.0, -0.1])
 def test_a_budget_out_of_range_is_refused(budget: float) -> None:
     with pytest.raises(ValueError, match=r"budget must be a fraction of the step time in \(0, 1\), such as 0.03"):

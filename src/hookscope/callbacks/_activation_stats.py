@@ -88,7 +88,8 @@ class ActivationStats(HookCallback):
         budget: With `every=None`, the largest share of the run's time the statistics may take (default 0.03:
             about 1.03 times the bare step): the first 16 batches are observed, then as many as the budget allows
             (see `hookscope.callbacks._budget`), and on the others the hooks are off the modules. `None`: every
-            batch, as fastai. `batches` says which batches the records are of.
+            batch, as fastai. `batches` says which batches the records are of, `measured` how many began and
+            what observing them cost.
 
     Raises:
         ValueError: an argument is out of range (the message says which).
@@ -156,6 +157,8 @@ class ActivationStats(HookCallback):
         self._stretch = (0, 0)  # (first batch, count) of a stretch of batches left alone (`Budget.stretch`)
         self._stretch_left = 0  # its batches still to begin
         self._marks: list[float] = []  # when its second and its last batch began: its middle ones, timed apart
+        self._last_batch = -1  # the last training batch seen to begin (its own driver numbers those a stretch
+        # let pass: `measured` asks it)
 
     def _new_table(self) -> RecordTable:
         return RecordTable(
@@ -221,7 +224,7 @@ class ActivationStats(HookCallback):
     @contained
     def on_batch_start(self, batch: int) -> None:
         """Open a record for an observed batch (or count it as dropped past `capacity`)."""
-        self.train_iter = batch
+        self.train_iter = self._last_batch = batch
         if self.every is not None and batch % self.every != 0:
             return
         timer = self._timer
@@ -302,6 +305,7 @@ class ActivationStats(HookCallback):
         """Describe what is waiting and remove the hooks (as `HookCallback`)."""
         try:
             with self._lock:
+                self._last_batch = self._batches_begun() - 1  # its driver may not outlive the fit
                 self._settle()
         except Exception as err:
             self.errors.failed(err, "on_fit_end")
@@ -408,6 +412,29 @@ class ActivationStats(HookCallback):
             self._table.flush()
 
     # ---- reading ---------------------------------------------------------------------------------------------
+    @property
+    def measured(self) -> dict[str, Any]:
+        """Which training batches were observed and what that cost, in the terms of `watch()`'s
+        `results().meta["measured"]`: `steps` (the training batches that began, observed or not), `budget` (under
+        the budget) or `every` (1 without a budget), `cost` (its own host time over the rest of the batches' time:
+        0.03 is 1.03 times the bare batch; `None` without a budget, which times nothing, or before a batch ended)
+        and `recorded` (the records kept, of the batches `batches` lists). Under the budget, also `step_cost` and
+        `after_warmup` (`hookscope.callbacks._budget.Budget.summary`). The root pre-hook that numbers the batches
+        left alone is not in `cost` (see `make bench`)."""
+        with self._lock:
+            steps = self._batches_begun()
+            if self._timer is None:
+                found: dict[str, Any] = {"steps": steps, "every": self.every or 1, "cost": None}
+            else:
+                found = {**self._timer.summary(), "steps": steps}
+            return {**found, "recorded": len(self.batches)}
+
+    def _batches_begun(self) -> int:
+        """The training batches that began so far: its own driver's count (a stretch of batches left alone passes
+        it without an event), else the last batch seen."""
+        driver = None if self._driver is None else self._driver()
+        return max(self._last_batch, driver.batch if driver is not None else -1) + 1
+
     @property
     def stats(self) -> list[list[dict[str, Any]]]:
         """Per observed batch, per observed module (model order): `{'mean', 'std', 'near_zero', 'sampled'
