@@ -146,8 +146,7 @@ def take_sample(
     squares = sum_of_squares(x) if squares is None else squares
     total = x.sum(dtype=torch.float32) if with_sum else squares  # (a placeholder the norms never read)
     smallest, largest = _extremes(x) if with_extremes else (squares, squares)
-    comb, count, slack = sampler.positions(x.numel(), x.device)
-    start = sampler.draw(slack)
+    comb, count, start = sampler.draw_positions(x.numel(), x.device)
     raw = (total, squares, smallest, largest)
     return Sample(raw, sample_values(x, comb, start), comb, start, x.numel(), count)
 

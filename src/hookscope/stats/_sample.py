@@ -69,6 +69,16 @@ class Sampler:
         """A random start in `[0, slack]` (from the sampler's own RNG)."""
         return self._random.randrange(slack + 1)
 
+    def draw_positions(self, n: int, device: torch.device) -> tuple[torch.Tensor, int, int]:
+        """A new sample of a tensor of `n` values (`n >= size`): its positions before the start and `count` (as
+        `positions` gives them) and a random start (`draw`); its flat positions are `comb + start`.
+
+        Raises:
+            ValueError: `n` is below the sample's width.
+        """
+        comb, count, slack = self.positions(n, device)
+        return comb, count, self.draw(slack)
+
     def index(self, n: int, device: torch.device) -> tuple[torch.Tensor, int]:
         """The positions of a new sample of a tensor of `n` values (`n >= size`): `(size,)` int64 flat positions
         on `device`, of which the first `count` are the sample (the rest is padding), and `count`.
@@ -76,8 +86,8 @@ class Sampler:
         Raises:
             ValueError: `n` is below the sample's width.
         """
-        comb, count, slack = self.positions(n, device)
-        return comb + self.draw(slack), count
+        comb, count, start = self.draw_positions(n, device)
+        return comb + start, count
 
 
 def period_for(n: int, size: int) -> tuple[int, list[int]]:

@@ -118,8 +118,7 @@ class ParamRecorder:
             sampler = table.sampler
             if sampler is not None:  # (there is one when a weight is sampled)
                 for i in sampled:
-                    comb, count, slack = sampler.positions(current[i].numel(), current[i].device)
-                    start = sampler.draw(slack)
+                    comb, count, start = sampler.draw_positions(current[i].numel(), current[i].device)
                     self._samples.append((i, comb, start, count, sample_values(current[i], comb, start)))
             copies, whole = self._copies, self._whole
             if copies is None or any(c.shape != current[i].shape for c, i in zip(copies, whole, strict=True)):
