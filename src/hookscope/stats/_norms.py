@@ -73,21 +73,18 @@ def estimate_norms(raw: torch.Tensor, numel: torch.Tensor, sampled: torch.Tensor
 
 
 def _exact_norm(flat: torch.Tensor) -> torch.Tensor:
-    if flat.dtype != torch.float64:  # squares of narrower values are exact in float64 and never overflow there
-        finite = torch.isfinite(flat)
-        clean = torch.where(finite, flat, 0).double()  # one pass (one fused loop when compiled)
+    finite = torch.isfinite(flat)
+    clean = torch.where(finite, flat, 0)
+    if flat.dtype == torch.float64:  # scaled by a power of two, so that no square overflows
+        largest = clean.abs().amax()
+        _, exponent = torch.frexp(largest)
+        unit = torch.where(largest > 0, torch.exp2(exponent.double() - 1), torch.ones_like(largest))
+        scaled = clean / unit
+        norm = torch.dot(scaled, scaled).sqrt() * unit
+    else:  # squares of narrower values are exact in float64 and never overflow there: one pass (one fused loop
+        clean = clean.double()  # when compiled)
         norm = torch.dot(clean, clean).sqrt()
-        count = torch.full_like(norm, flat.numel())
-        return torch.stack((norm, count - finite.sum(), count, torch.zeros_like(norm)))
-    values = flat
-    finite = torch.isfinite(values)
-    clean = torch.where(finite, values, 0.0)
-    largest = clean.abs().amax()
-    _, exponent = torch.frexp(largest)
-    unit = torch.where(largest > 0, torch.exp2(exponent.double() - 1), torch.ones_like(largest))
-    scaled = clean / unit
-    norm = torch.dot(scaled, scaled).sqrt() * unit
-    count = torch.full_like(norm, values.numel())
+    count = torch.full_like(norm, flat.numel())
     return torch.stack((norm, count - finite.sum(), count, torch.zeros_like(norm)))
 
 
