@@ -116,6 +116,35 @@ def test_batched_segments_equal_the_oracle(parts: list[torch.Tensor], groups: in
         check(table[group], expected(values_of(*members), bounds=(-1.0, 1.0)), rtol=1e-7)
 
 
+@pytest.mark.parametrize(
+    ("sizes", "owner", "numpy"),
+    [
+        ([5, 1, 300, 17], [0, 1, 2, 3], True),  # each part its own group, none empty: numpy's reduceat
+        ([5, 0, 300, 17], [0, 1, 2, 3], False),  # an empty part: torch's segment reductions
+        ([5, 1, 300, 17], [0, 1, 0, 1], False),  # groups of several parts: torch's scatter reductions
+    ],
+)
+def test_every_way_of_reducing_segments_equals_the_oracle(sizes: list[int], owner: list[int], numpy: bool) -> None:
+    """The sums, min and max of segments on the CPU go through numpy where the segments allow it and torch
+    otherwise: each way equals the oracle, with NaN, inf and values of every sign in the parts."""
+    generator = torch.Generator().manual_seed(0)
+    parts = [torch.randn(size, generator=generator) * 10.0 ** (index - 2) for index, size in enumerate(sizes)]
+    parts[2][[3, 40, 41]] = torch.tensor([math.nan, math.inf, -math.inf])
+    parts[3][0] = 1e30
+    groups = max(owner) + 1
+    segments = Segments(sizes, owner, torch.device("cpu"), [(-1.0, 1.0)] * groups)
+    assert (segments.starts is not None) == numpy
+    values = torch.cat([p.double() for p in parts])
+    table = finalize(describe_segments(values, segments, Spec()))
+    norms = norm_segments(values, segments)
+    for group in range(groups):
+        members = [p for p, g in zip(parts, owner, strict=True) if g == group]
+        wanted = expected(values_of(*members), bounds=(-1.0, 1.0))
+        check(table[group], wanted)
+        assert close(float(norms[group, 0]), wanted.norm, wanted.norm, 1e-9)
+        assert float(norms[group, 1]) == wanted.nonfinite
+
+
 @SETTINGS
 @given(x=tensors())
 def test_norms_match_the_oracle(x: torch.Tensor) -> None:

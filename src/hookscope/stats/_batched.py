@@ -48,9 +48,13 @@ class Segments:
         segment = np.repeat(np.asarray(groups, dtype=np.int64), np.asarray(sizes, dtype=np.int64))
         self.segment = _to(torch.from_numpy(segment), device)  # (torch.repeat_interleave is slow on the CPU)
         # Each part its own group (the tables' layouts): contiguous segments, summed by `segment_reduce` (several
-        # times faster than `index_add_` on the CPU).
+        # times faster than `index_add_` on the CPU); on the CPU, when none is empty, by numpy's `reduceat` at their
+        # starts, which also takes their min and max (3.6 and 4 times faster than `segment_reduce` and
+        # `scatter_reduce_` on 23,000 values in 105 segments).
         own = count == len(sizes) and groups == list(range(len(sizes)))
         self.lengths = _to(torch.tensor(sizes, dtype=torch.int64), device) if own else None
+        contiguous = own and device.type == "cpu" and all(size > 0 for size in sizes)
+        self.starts = np.cumsum([0, *sizes[:-1]], dtype=np.int64) if contiguous and sizes else None
         self.saturation: tuple[torch.Tensor, torch.Tensor] | None = None
         if bounds is not None and any(b is not None for b in bounds):
             middle = [math.nan if b is None else (b[0] + b[1]) / 2 for b in bounds]
@@ -73,8 +77,8 @@ def describe_segments(values: torch.Tensor, segments: Segments, spec: Spec) -> t
     squares = _sums(clean.sub(mean.index_select(0, seg)).mul_(finite).square_(), segments)
     near = _sums((clean.clone() if spec.signed else clean.abs()).le_(spec.near_zero).mul_(finite), segments)
     inf = math.inf
-    smallest = torch.full_like(count, inf).scatter_reduce_(0, seg, torch.nan_to_num(values, inf, inf, inf), "amin")
-    largest = torch.full_like(count, -inf).scatter_reduce_(0, seg, torch.nan_to_num(values, -inf, -inf, -inf), "amax")
+    smallest = _reduce(torch.nan_to_num(values, inf, inf, inf), segments, "amin")
+    largest = _reduce(torch.nan_to_num(values, -inf, -inf, -inf), segments, "amax")
     if segments.saturation is None:
         saturated = torch.full_like(count, math.nan)
     else:
@@ -97,10 +101,25 @@ def describe_segments(values: torch.Tensor, segments: Segments, spec: Spec) -> t
 
 def _sums(column: torch.Tensor, segments: Segments) -> torch.Tensor:
     """The (groups,) sums of `column` (flat, float64) over each group."""
-    if segments.lengths is not None:
+    return _reduce(column, segments, "sum")
+
+
+_REDUCEAT = {"sum": np.add, "amin": np.minimum, "amax": np.maximum}
+
+
+def _reduce(column: torch.Tensor, segments: Segments, how: str) -> torch.Tensor:
+    """The (groups,) sum, min or max (`how`: "sum", "amin", "amax") of `column` (flat, float64, no NaN where `how`
+    is a min or max) over each group; a group without values has 0, inf or -inf."""
+    if segments.starts is not None:  # non-empty contiguous segments on the CPU
+        return torch.from_numpy(_REDUCEAT[how].reduceat(column.numpy(), segments.starts))
+    if how == "sum" and segments.lengths is not None:
         return torch.segment_reduce(column, "sum", lengths=segments.lengths)
-    out = torch.zeros(segments.groups, dtype=column.dtype, device=column.device)
-    return out.index_add_(0, segments.segment, column)
+    if how == "sum":
+        out = torch.zeros(segments.groups, dtype=column.dtype, device=column.device)
+        return out.index_add_(0, segments.segment, column)
+    fill = math.inf if how == "amin" else -math.inf
+    out = torch.full((segments.groups,), fill, dtype=column.dtype, device=column.device)
+    return out.scatter_reduce_(0, segments.segment, column, how)
 
 
 def norm_segments(values: torch.Tensor, segments: Segments) -> torch.Tensor:
