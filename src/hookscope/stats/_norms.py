@@ -65,9 +65,9 @@ def estimate_norms(raw: torch.Tensor, numel: torch.Tensor, sampled: torch.Tensor
     squares, smallest, largest = raw[..., 1], raw[..., 2], raw[..., 3]
     present = ~(torch.isfinite(smallest) & torch.isfinite(largest))
     seen = sampled[..., 2].clamp(min=1)
-    kept = (sampled[..., 2] - sampled[..., 1]).clamp(min=1)
     exact = torch.isfinite(squares) & ~present
-    norm = torch.where(exact, squares.sqrt(), sampled[..., 0] * (n / kept).sqrt())
+    # each sampled value stands for n / seen values, a non-finite one for as many that add nothing to the norm
+    norm = torch.where(exact, squares.sqrt(), sampled[..., 0] * (n / seen).sqrt())
     nonfinite = torch.where(present, (sampled[..., 1] * n / seen).clamp(min=1.0), 0.0)
     return torch.stack((norm, nonfinite, n, n), dim=-1)
 
