@@ -130,3 +130,27 @@ def _forbidden(name: str) -> Any:
         raise AssertionError(f"host sync through Tensor.{name} during a watched step")
 
     return raise_
+
+
+def test_an_exploding_gradient_of_finite_values_is_not_called_non_finite() -> None:
+    """Gradients of norm ~1e24 (every value finite, float32's sum of squares overflows): large ones (the sampled
+    path) have no non-finite value, their norms match float64, and no module is named as the first non-finite."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 256), nn.Linear(256, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)  # the weights stay: the oracle reads them after
+    x = torch.randn(128, 256)
+    with watch(model, opt, every=1) as w:
+        for _ in range(2):
+            opt.zero_grad()
+            (model(x).sum() * 1e22).backward()
+            opt.step()
+    results = w.results()
+    assert results.first_nonfinite == {"forward": None, "backward": None}
+    with torch.no_grad():
+        grad_of_hidden = (torch.full((128, 10), 1e22, dtype=torch.float64) @ model[1].weight.double()).norm()
+        wanted = {"0.weight": model[0].weight.grad.double().norm(), "0": grad_of_hidden}
+        assert float(model[0].weight.grad.double().square().sum().float()) == float("inf")  # the sum overflows
+    for found, name in ((results.param_grads, "0.weight"), (results.output_grads, "0")):
+        assert found[name]["nonfinite"].tolist() == [0.0, 0.0]
+        assert found[name]["norm"].tolist() == pytest.approx([float(wanted[name])] * 2, rel=0.05)
+    assert all(float(stats["nonfinite"].sum()) == 0 for stats in results.param_grads.values())

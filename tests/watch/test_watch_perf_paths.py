@@ -299,10 +299,10 @@ def huge(grad: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("exact", [True, False])
-def test_a_sampled_gradient_whose_sum_of_squares_overflows_float32_is_flagged_as_the_api_says(exact: bool) -> None:
-    """An output gradient of 16384 values or more is read as its float32 sum of squares and a sample (no min/max
-    pass): a sum of squares that is not finite stands for a non-finite value, so a finite gradient whose norm is
-    beyond float32's range is flagged (at least 1), its norm estimated from the sample; `exact=True` counts."""
+def test_a_sampled_gradient_whose_sum_of_squares_overflows_float32_is_not_called_non_finite(exact: bool) -> None:
+    """An output gradient of 16384 values or more is read as its float32 sum of squares; when that sum is not
+    finite, its min/max say whether a value is: a finite gradient whose norm is beyond float32's range has none,
+    its norm estimated from the sample; `exact=True` reads every value."""
     model = nn.Sequential(nn.Linear(8, 1024), GradEdit(huge), nn.Linear(1024, 1))
     backward = GradCapture(["0"])
     w = Watch(select=["0"], exact=exact)
@@ -311,19 +311,15 @@ def test_a_sampled_gradient_whose_sum_of_squares_overflows_float32_is_flagged_as
     grads = w.results().output_grads["0"]
     wanted = expected(values_of(*backward.batches[0][0]))
     assert wanted.nonfinite == 0 and wanted.norm > 3.5e38**0.5  # the oracle: all finite, squares overflow float32
-    if exact:
-        assert float(grads["nonfinite"][0]) == 0
-        assert float(grads["norm"][0]) == pytest.approx(wanted.norm, rel=1e-6)
-    else:
-        assert float(grads["nonfinite"][0]) >= 1
-        assert float(grads["norm"][0]) == pytest.approx(wanted.norm, rel=0.02)
+    assert float(grads["nonfinite"][0]) == 0
+    assert float(grads["norm"][0]) == pytest.approx(wanted.norm, rel=1e-6 if exact else 0.02)
 
 
 @pytest.mark.parametrize("exact", [True, False])
 def test_non_finite_parameter_gradients_are_counted_or_flagged_and_left_out_of_the_norm(exact: bool) -> None:
     """A small parameter's gradient (batched) is counted exactly; a large one's (65,536 values) exactly with
-    `exact=True`, else flagged from its float32 sum of squares (at least 1) with the norm of its finite values
-    estimated from the sample."""
+    `exact=True`, else found by its min/max once its float32 sum of squares is not finite, the count (at least 1)
+    and the norm of its finite values estimated from the sample."""
     torch.manual_seed(3)
     model = nn.Sequential(nn.Linear(1024, 64), nn.ReLU(), nn.Linear(64, 1))
     poison = {"0.weight": [5, 700, 40_000], "0.bias": [7]}

@@ -575,8 +575,11 @@ class NormTable(PendingTable):
         sampler: Read large tensors as sums and a sample (`None`: exactly). On the CPU, a large tensor whose
             float32 sum of squares is finite has no non-finite value, and the root of that sum is its exact norm:
             it is read once, and its sample taken only otherwise.
-        count_nonfinite: Count the non-finite values of large tensors exactly (a min/max pass each); `False` where
-            only the norms are read (update ratios): a non-finite sum of squares then stands for them.
+        count_nonfinite: Read whether a large tensor holds a non-finite value exactly (a min/max pass, on the CPU
+            only when its sum of squares is not finite; how many it holds is estimated from the sample, at least
+            1): a sum of squares overflows float32 for a norm above about 1.8e19 of finite values (an exploding
+            gradient). `False` where only the norms are read (update ratios): a non-finite sum of squares then
+            stands for a non-finite value.
     """
 
     def __init__(self, keys: int, sampler: Sampler | None = None, *, count_nonfinite: bool = True) -> None:

@@ -33,10 +33,12 @@ def watch(model: nn.Module, optimizer: torch.optim.Optimizer | None = None, **op
     and move to the host every `buffer_steps` recorded steps, when read, and at the end.
 
     Cost: an output or gradient of 16384 values or more is described as soon as its hook sees it, in a few
-    passes (a gradient's non-finite column, of an output or a parameter, then says whether its float32 sum of
-    squares is not finite: at least 1, the count estimated from the sample, also for a norm beyond float32's range;
-    an exact count would take a min/max pass more); smaller tensors are kept, and those of up to 32 steps are
-    described together with a fixed number of torch calls. Steps not measured cost nothing under the budget
+    passes. A gradient's (of an output or a parameter) norm is exact while its float32 sum of squares is finite;
+    when it is not, its min/max say exactly whether a value is non-finite (an exploding gradient of finite
+    values beyond float32's range is not called non-finite), and the count (at least 1 if any) and the norm are
+    estimated from a sample: on the CPU the min/max and the sample are read only then, on other devices always
+    (no sync). Smaller tensors are kept, and those of up to 32 steps are described together with a fixed number
+    of torch calls. Steps not measured cost nothing under the budget
     (the default); with `every`, one min/max per output, or nothing with `check_nonfinite=False`. Attached before
     `torch.compile`, the hooks compile into the graph without graph breaks, and the statistics are the same as in
     eager mode (compiled backwards cannot report the order they ran in: `first_nonfinite` assumes the reverse of

@@ -146,10 +146,10 @@ class StepBuffers:
             sampler=sampler,
             unit_dim=unit_dim if "unit_activity" in groups else None,
         )
-        # gradients (of outputs, of parameters): a non-finite sum of squares stands for a non-finite value (no
-        # min/max pass; the API's docstring says so), as for the updates
-        self.grads = NormTable(modules, sampler, count_nonfinite=False)
-        self.param_grads = NormTable(params, sampler, count_nonfinite=False)
+        # gradients (of outputs, of parameters): whether one holds a non-finite value is read exactly (an
+        # exploding gradient's float32 sum of squares overflows while every value is finite)
+        self.grads = NormTable(modules, sampler)
+        self.param_grads = NormTable(params, sampler)
         # the change of parameter p at key p, its weight at params + p: only their norms are read
         self.updates = NormTable(2 * params, sampler, count_nonfinite=False)
         self.tables = (self.acts, self.grads, self.param_grads, self.updates)
