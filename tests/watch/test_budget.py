@@ -67,6 +67,7 @@ def test_an_expensive_measurement_is_spaced_to_keep_the_budget(clock: FakeClock)
     assert summary["steps"] == 2000 and summary["budget"] == 0.03
     assert summary["step_cost"] == pytest.approx(5.0)
     assert summary["cost"] == pytest.approx(len(measured) * 5e-3 / 2000e-3)  # hookscope's time over the bare time
+    assert summary["seconds"] == pytest.approx({"own": len(measured) * 5e-3, "total": 2000e-3 + len(measured) * 5e-3})
 
 
 def test_a_cheap_measurement_is_made_every_step(clock: FakeClock) -> None:

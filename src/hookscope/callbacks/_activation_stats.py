@@ -418,9 +418,9 @@ class ActivationStats(HookCallback):
         `results().meta["measured"]`: `steps` (the training batches that began, observed or not), `budget` (under
         the budget) or `every` (1 without a budget), `cost` (its own host time over the rest of the batches' time:
         0.03 is 1.03 times the bare batch; `None` without a budget, which times nothing, or before a batch ended)
-        and `recorded` (the records kept, of the batches `batches` lists). Under the budget, also `step_cost` and
-        `after_warmup` (`hookscope.callbacks._budget.Budget.summary`). The root pre-hook that numbers the batches
-        left alone is not in `cost` (see `make bench`)."""
+        and `recorded` (the records kept, of the batches `batches` lists). Under the budget, also `seconds` (its
+        own and the batches' total), `step_cost` and `after_warmup` (`hookscope.callbacks._budget.Budget.summary`).
+        The root pre-hook that numbers the batches left alone is not in `cost` (see `make bench`)."""
         with self._lock:
             steps = self._batches_begun()
             if self._timer is None:

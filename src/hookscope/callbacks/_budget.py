@@ -282,11 +282,13 @@ class Budget:
     def summary(self) -> dict[str, Any]:
         """What was measured, for `WatchResults.meta["measured"]` (JSON): the steps that began, the budget (or
         `every`), hookscope's time over the rest of the steps' time (`cost`: 0.03 is 1.03 times the bare step; `None`
-        before a step ends) and what one measured step costs against one left alone (`step_cost`)."""
+        before a step ends), the two in seconds (`seconds`: `own` and the steps' `total`, hookscope's included) and
+        what one measured step costs against one left alone (`step_cost`)."""
         summary: dict[str, Any] = {"steps": self.steps}
         summary |= {"budget": self.budget} if self.budget is not None else {"every": self.every}
         spent, bare = self.own, self.total - self.own  # over the steps that ended
         summary["cost"] = spent / bare if bare > 0 else None  # watched time over bare time, less 1
+        summary["seconds"] = {"own": spent, "total": self.total}
         (measured, own), (skipped, seconds) = self.measured, self.skipped
         # what one measured step costs against a step hookscope left alone (every step measured: 1 + this)
         summary["step_cost"] = own / measured / (seconds / skipped) if measured and skipped and seconds else None
