@@ -104,12 +104,9 @@ def test_results_summaries_and_findings_of_real_models_fit_the_terminal(width: i
         assert widest(format_findings(findings, width=width)) <= width
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="first_nonfinite ranks a module called twice per step (torchvision's BasicBlock.relu) by its first call: "
-    "a NaN made by conv2, between the two calls, is blamed on the ReLU (watch's recorder, not the doctor)",
-)
 def test_a_nan_made_between_two_calls_of_a_shared_relu_is_blamed_on_its_maker() -> None:
+    """torchvision's BasicBlock calls its `relu` twice; a NaN made by `conv2`, between the two calls, is named at
+    `conv2`: the shared module is ranked by its first call whose output was not finite (`CallLog`)."""
     from dataclasses import replace
 
     from . import zoo

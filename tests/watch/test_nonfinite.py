@@ -154,3 +154,57 @@ def test_an_exploding_gradient_of_finite_values_is_not_called_non_finite() -> No
         assert found[name]["nonfinite"].tolist() == [0.0, 0.0]
         assert found[name]["norm"].tolist() == pytest.approx([float(wanted[name])] * 2, rel=0.05)
     assert all(float(stats["nonfinite"].sum()) == 0 for stats in results.param_grads.values())
+
+
+class NaNOnFirstCall(nn.Module):
+    """A ReLU called twice per forward whose first call of forward number `at` outputs a NaN in one place."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at, self.calls = at, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        x = torch.relu(x)
+        if self.calls - 1 == 2 * self.at:
+            x = x.clone()
+            x[0, 0] = float("nan")
+        return x
+
+
+class SharedActivation(nn.Module):
+    """`act` called twice per forward, `mid` between its two calls (torchvision's BasicBlock and its `relu`)."""
+
+    def __init__(self, width: int, act: nn.Module, mid: nn.Module) -> None:
+        super().__init__()
+        self.inp, self.act, self.mid, self.out = nn.Linear(8, width), act, mid, nn.Linear(width, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.act(self.mid(self.act(self.inp(x)))))
+
+
+@pytest.mark.parametrize(("at", "forwards"), [(0, 1), (2, 1), (5, 2)])  # the learned step, a later one; 2 forwards
+@pytest.mark.parametrize("batch", [4, 64])  # small outputs (copied), large ones (read as sums and a sample)
+@pytest.mark.parametrize("maker", ["mid", "act"])
+def test_a_nan_is_named_at_its_maker_when_a_shared_module_runs_before_and_after_it(
+    at: int, forwards: int, batch: int, maker: str
+) -> None:
+    """A NaN made between the two calls of a shared activation is named at its maker, not at the activation whose
+    first call ran before it; one made by the activation's first call is named at the activation. `at` counts
+    forwards: with two a step (gradient accumulation), forward 5 is the second of step 2."""
+    torch.manual_seed(0)
+    act, mid = (nn.ReLU(), NaNAt(at)) if maker == "mid" else (NaNOnFirstCall(at), nn.Identity())
+    model = SharedActivation(512, act, mid)
+    first = train_on(model, steps=at // forwards + 2, batch=batch, forwards=forwards)
+    assert first["forward"] == {"path": maker, "step": at // forwards}
+
+
+def train_on(model: nn.Module, steps: int, batch: int, forwards: int) -> dict[str, Any]:
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    with watch(model, opt, every=1, select=lambda path, m: path != "") as w:
+        for _ in range(steps):
+            opt.zero_grad()
+            for _ in range(forwards):
+                model(torch.randn(batch, 8)).sum().backward()
+            opt.step()
+    return w.results().first_nonfinite

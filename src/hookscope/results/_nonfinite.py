@@ -2,7 +2,9 @@
 and step where a non-finite value was first seen, from recorded steps' counts or from unrecorded steps' flags.
 
 Within a step, the module that ran first (in the order modules ran, forward or backward) is named: a NaN made in
-layer k propagates to k+1, ..., so the earliest is its producer.
+layer k propagates to k+1, ..., so the earliest is its producer. A module called several times in a step (a shared
+activation) is ranked, forward, by its first call whose output was not finite when the recorded steps say which
+(`hookscope.watch._call_log`), else by its first call.
 """
 
 from __future__ import annotations
@@ -18,8 +20,16 @@ __all__ = ["first_from_flags", "first_nonfinite", "merge_first"]
 _NONFINITE = ACTIVATION_STATS.index("nonfinite")
 
 
-def first_nonfinite(table: Any, paths: list[str], orders: tuple[list[int], list[int]]) -> dict[str, Any]:
-    """Return `{"forward": {"path", "step"} or None, "backward": ...}` from the non-finite counts of `table`."""
+def first_nonfinite(
+    table: Any,
+    paths: list[str],
+    orders: tuple[list[int], list[int]],
+    calls: list[dict[int, int]] | None = None,
+) -> dict[str, Any]:
+    """Return `{"forward": {"path", "step"} or None, "backward": ...}` from the non-finite counts of `table`.
+
+    `calls`: per row of `table`, the place in a forward of each module's first call whose output was not finite
+    (`CallLog.take`); forward, the candidates are ranked by it when each has one, else by `orders`."""
     found: dict[str, Any] = {}
     columns = (table.activations[..., _NONFINITE], table.output_grads[..., GRAD_STATS.index("nonfinite")])
     for direction, counts, order in zip(("forward", "backward"), columns, orders, strict=True):
@@ -29,7 +39,9 @@ def first_nonfinite(table: Any, paths: list[str], orders: tuple[list[int], list[
             found[direction] = None
             continue
         row = int(rows[0, 0])
-        index = _earliest(bad[row].nonzero().flatten().tolist(), order)
+        candidates = bad[row].nonzero().flatten().tolist()
+        ranked = None if calls is None or direction != "forward" else _by_call(candidates, calls[row])
+        index = ranked if ranked is not None else _earliest(candidates, order)
         found[direction] = {"path": paths[index], "step": int(table.steps[row])}
     return found
 
@@ -62,3 +74,11 @@ def _earliest(candidates: list[int], order: list[int]) -> int:
     """The candidate module that fired first (by `order`); modules that never fired come last, in model order."""
     rank = {index: position for position, index in enumerate(order)}
     return min(candidates, key=lambda index: (rank.get(index, len(order) + index), index))
+
+
+def _by_call(candidates: list[int], places: dict[int, int]) -> int | None:
+    """The candidate module whose place (`places`: of its first non-finite call) comes first; `None` when a
+    candidate has none."""
+    if not candidates or any(index not in places for index in candidates):
+        return None
+    return min(candidates, key=lambda index: (places[index], index))

@@ -298,6 +298,19 @@ class RecordTable(PendingTable):
             return ("sampled", row, key, sample, self._unit_plan(key, tuple(x.shape), x.device))
         return ("large", row, key, *self._describe_exactly(key, x.detach()))
 
+    @staticmethod
+    def holds_nonfinite(staged: tuple[Any, ...]) -> torch.Tensor:
+        """Whether the tensor `stage` read holds a non-finite value (0-d bool, on its device, no sync), from what it
+        read: every value of a small copy, a sample's exact min and max, an exact record's count."""
+        kind, read = staged[0], staged[3]
+        found: torch.Tensor
+        if kind == "sampled":
+            _, _, smallest, largest = read.raw
+            found = (smallest.isfinite() & largest.isfinite()).logical_not_()
+        else:
+            found = read.isfinite().all().logical_not_() if kind == "small" else read[Column.NONFINITE] > 0
+        return found
+
     def commit(self, staged: tuple[Any, ...], row: int | None = None) -> None:
         """Keep what `stage` read, in row id `row` (default: the one it was read for)."""
         kind, read_for, *rest = staged

@@ -17,6 +17,7 @@ import torch
 
 from ..callbacks._steps import Frame
 from ..hooks._tree import is_plain, tensor_leaves
+from ._call_log import Evidence
 
 __all__ = ["GradHook", "Staged", "hook_grads", "no_label", "plain_grad", "staged"]
 
@@ -26,12 +27,13 @@ GradHook = Callable[[Any], None]
 class Staged:
     """What the hooks of one root forward recorded, kept when that forward completes (`Recorder.commit`)."""
 
-    __slots__ = ("acts", "calls", "checks", "row")
+    __slots__ = ("acts", "calls", "checks", "evidence", "row")
 
     def __init__(self, row: int) -> None:
         self.row = row  # the row id of the step the forward began in
         self.acts: list[tuple[Any, ...]] = []  # what `RecordTable.stage` read of each output
         self.checks: list[tuple[int, int, tuple[torch.Tensor, torch.Tensor]]] = []
+        self.evidence: list[Evidence] = []  # whether the calls of shared modules output non-finite values
         self.calls = 0
 
 

@@ -44,9 +44,11 @@ from ..hooks import HookHandle, register_module_hook
 from ..hooks._calls import CalledHook, HookErrors
 from ..hooks._tree import first_float, is_plain
 from ..stats._norms import combine_norms, norm_of
+from ..stats._tables import RecordTable
 from ..stats._units import unit_dims
 from ._attention import AttentionRecorder
 from ._buffers import StepBuffers
+from ._call_log import CallLog
 from ._entry import GradHook, Staged, hook_grads, no_label, plain_grad, staged
 from ._inspect import saturation_bounds
 from ._options import WatchOptions
@@ -99,6 +101,7 @@ class Recorder:
         self.param_names = [name for name, _ in params]
         self.param_shapes = [tuple(p.shape) for _, p in params]  # what a loaded state must have been saved for
         self.observed = [False] * count
+        self.call_log = CallLog(count)  # the call order of a step, and which call of a shared module went non-finite
         self.forward_order: list[int] = []
         self.backward_order: list[int] = []
         self._ranked = ([False] * count, [False] * count)
@@ -282,6 +285,7 @@ class Recorder:
                     return
                 for item in staged.acts:
                     self.buffers.acts.commit(item, row)
+                self.call_log.keep(row, staged.evidence)
             self.checks.extend(staged.checks)
 
     def _rank(self, direction: int, index: int) -> None:
@@ -306,12 +310,17 @@ class Recorder:
             buffers = self.buffers
             if buffers.device is None:
                 buffers.allocate(x.device)
-            if staged is None:
-                buffers.acts.add(row, index, x)
-            else:
-                item = buffers.acts.stage(row, index, x)
-                if item is not None:
+            item = buffers.acts.stage(row, index, x)
+            if item is not None:
+                ordinal = self.call_log.call(row, index)  # which call of the module: the evidence of shared ones
+                if staged is None:
+                    buffers.acts.commit(item)
+                    if ordinal is not None:
+                        self.call_log.keep(row, [(index, ordinal, RecordTable.holds_nonfinite(item))])
+                else:
                     staged.acts.append(item)
+                    if ordinal is not None:
+                        staged.evidence.append((index, ordinal, RecordTable.holds_nonfinite(item)))
         if self._grads and torch.is_grad_enabled():
             hook_grads(output, self._grad_hook(index, row), self._repeated)
 

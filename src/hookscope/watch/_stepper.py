@@ -446,11 +446,13 @@ class Stepper:
     def _flush(self, recorder: Recorder) -> None:
         self.losses.take()
         stop = self.state.row if self.state.row >= 0 else None
+        first = recorder.buffers.first_id
         chunk = recorder.buffers.take(stop)
         if chunk is None:
             return
         orders = (recorder.forward_order, recorder.backward_order)
-        self.first = merge_first(self.first, first_nonfinite(chunk, recorder.paths, orders))
+        calls = recorder.call_log.take(range(first, first + len(chunk)))
+        self.first = merge_first(self.first, first_nonfinite(chunk, recorder.paths, orders, calls))
         kept = self.store.add(chunk)
         if self.sinks and len(kept):
             block = build_results(
