@@ -156,22 +156,6 @@ def test_an_exploding_gradient_of_finite_values_is_not_called_non_finite() -> No
     assert all(float(stats["nonfinite"].sum()) == 0 for stats in results.param_grads.values())
 
 
-class NaNOnFirstCall(nn.Module):
-    """A ReLU called twice per forward whose first call of forward number `at` outputs a NaN in one place."""
-
-    def __init__(self, at: int) -> None:
-        super().__init__()
-        self.at, self.calls = at, 0
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.calls += 1
-        x = torch.relu(x)
-        if self.calls - 1 == 2 * self.at:
-            x = x.clone()
-            x[0, 0] = float("nan")
-        return x
-
-
 class SharedActivation(nn.Module):
     """`act` called twice per forward, `mid` between its two calls (torchvision's BasicBlock and its `relu`)."""
 
@@ -193,7 +177,7 @@ def test_a_nan_is_named_at_its_maker_when_a_shared_module_runs_before_and_after_
     first call ran before it; one made by the activation's first call is named at the activation. `at` counts
     forwards: with two a step (gradient accumulation), forward 5 is the second of step 2."""
     torch.manual_seed(0)
-    act, mid = (nn.ReLU(), NaNAt(at)) if maker == "mid" else (NaNOnFirstCall(at), nn.Identity())
+    act, mid = (nn.ReLU(), NaNAt(at)) if maker == "mid" else (NaNAt(2 * at), nn.Identity())  # act: 2 calls a forward
     model = SharedActivation(512, act, mid)
     first = train_on(model, steps=at // forwards + 2, batch=batch, forwards=forwards)
     assert first["forward"] == {"path": maker, "step": at // forwards}
