@@ -51,10 +51,10 @@ class CallLog:
             if row == self._learning:
                 self.sequence.append(index)
                 return ordinal
-            self._learned()
+            self._finish_learning()
         return ordinal if index in (self.shared or ()) else None
 
-    def _learned(self) -> None:
+    def _finish_learning(self) -> None:
         """The learned step is complete: which modules are shared, and where each call of a forward takes place.
 
         A step of k forwards (gradient accumulation) calls every module at least k times; the modules called
@@ -78,10 +78,10 @@ class CallLog:
 
     def take(self, rows: range) -> list[dict[int, int]]:
         """Per row id of `rows` (taken to the host at the flush, where reading the device is allowed): the place in
-        a forward (`_learned`) of each module's first call whose output held a non-finite value, or of its first
+        a forward (`_finish_learning`) of each module's first call whose output held a non-finite value, or of its first
         call where none seen did; empty before the order is learned. Forget them."""
         if self.shared is None and self._learning in rows:
-            self._learned()
+            self._finish_learning()
         found = [self._evidence.pop(row, []) for row in rows]
         bad = iter(_on_host([flag for evidence in found for _, _, flag in evidence]))
         first = {index: self._places[(index, 0)] for index in self._per_forward}
