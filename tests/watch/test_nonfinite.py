@@ -167,11 +167,14 @@ class SharedActivation(nn.Module):
         return self.out(self.act(self.mid(self.act(self.inp(x)))))
 
 
-@pytest.mark.parametrize(("at", "forwards"), [(0, 1), (2, 1), (5, 2)])  # the learned step, a later one; 2 forwards
+@pytest.mark.parametrize(
+    ("at", "forwards", "every"),
+    [(0, 1, 1), (2, 1, 1), (5, 2, 1), (2, 1, 4), (5, 2, 4)],  # the learned step, a later one, 2 forwards a step;
+)  # every=4: step 2 is only checked (one min/max per call), not recorded
 @pytest.mark.parametrize("batch", [4, 64])  # small outputs (copied), large ones (read as sums and a sample)
 @pytest.mark.parametrize("maker", ["mid", "act"])
 def test_a_nan_is_named_at_its_maker_when_a_shared_module_runs_before_and_after_it(
-    at: int, forwards: int, batch: int, maker: str
+    at: int, forwards: int, every: int, batch: int, maker: str
 ) -> None:
     """A NaN made between the two calls of a shared activation is named at its maker, not at the activation whose
     first call ran before it; one made by the activation's first call is named at the activation. `at` counts
@@ -179,13 +182,13 @@ def test_a_nan_is_named_at_its_maker_when_a_shared_module_runs_before_and_after_
     torch.manual_seed(0)
     act, mid = (nn.ReLU(), NaNAt(at)) if maker == "mid" else (NaNAt(2 * at), nn.Identity())  # act: 2 calls a forward
     model = SharedActivation(512, act, mid)
-    first = train_on(model, steps=at // forwards + 2, batch=batch, forwards=forwards)
+    first = train_on(model, steps=at // forwards + 2, batch=batch, forwards=forwards, every=every)
     assert first["forward"] == {"path": maker, "step": at // forwards}
 
 
-def train_on(model: nn.Module, steps: int, batch: int, forwards: int) -> dict[str, Any]:
+def train_on(model: nn.Module, steps: int, batch: int, forwards: int, every: int = 1) -> dict[str, Any]:
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
-    with watch(model, opt, every=1, select=lambda path, m: path != "") as w:
+    with watch(model, opt, every=every, select=lambda path, m: path != "") as w:
         for _ in range(steps):
             opt.zero_grad()
             for _ in range(forwards):

@@ -3,8 +3,8 @@ and step where a non-finite value was first seen, from recorded steps' counts or
 
 Within a step, the module that ran first (in the order modules ran, forward or backward) is named: a NaN made in
 layer k propagates to k+1, ..., so the earliest is its producer. A module called several times in a step (a shared
-activation) is ranked, forward, by its first call whose output was not finite when the recorded steps say which
-(`hookscope.watch._call_log`), else by its first call.
+activation) is ranked, forward, by its first call whose output was not finite where the steps say which (recorded
+and checked steps, `hookscope.watch._call_log`), else by its first call.
 """
 
 from __future__ import annotations
@@ -15,9 +15,11 @@ import torch
 
 from ._results import ACTIVATION_STATS, GRAD_STATS
 
-__all__ = ["first_from_flags", "first_nonfinite", "merge_first"]
+__all__ = ["UNPLACED", "first_from_flags", "first_nonfinite", "merge_first"]
 
 _NONFINITE = ACTIVATION_STATS.index("nonfinite")
+UNPLACED = 1 << 62
+"""The place in a forward of a call whose place is not known (later than every place)."""
 
 
 def first_nonfinite(
@@ -46,16 +48,26 @@ def first_nonfinite(
     return found
 
 
-def first_from_flags(first: torch.Tensor, paths: list[str], orders: tuple[list[int], list[int]]) -> dict[str, Any]:
-    """Same as `first_nonfinite`, from the (2, modules) first-non-finite-step flags of unrecorded steps."""
+def first_from_flags(
+    first: torch.Tensor,
+    paths: list[str],
+    orders: tuple[list[int], list[int]],
+    places: torch.Tensor | None = None,
+) -> dict[str, Any]:
+    """Same as `first_nonfinite`, from the (2, modules) first-non-finite-step flags of unrecorded steps and, forward,
+    the (modules,) place in a forward of each module's first non-finite call in that step (`places`; `UNPLACED`
+    where unknown)."""
     found: dict[str, Any] = {}
+    where = None if places is None else {j: p for j, p in enumerate(places.tolist()) if p < UNPLACED}
     for direction, steps, order in zip(("forward", "backward"), first.cpu(), orders, strict=True):
         hit = steps >= 0
         if not bool(hit.any()):
             found[direction] = None
             continue
         step = int(steps[hit].min())
-        index = _earliest((steps == step).nonzero().flatten().tolist(), order)
+        candidates = (steps == step).nonzero().flatten().tolist()
+        ranked = None if where is None or direction != "forward" else _by_call(candidates, where)
+        index = ranked if ranked is not None else _earliest(candidates, order)
         found[direction] = {"path": paths[index], "step": step}
     return found
 

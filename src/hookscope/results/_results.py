@@ -113,7 +113,7 @@ class WatchResults:
             same layer, read from the weights when the results were taken.
         first_nonfinite: `{"forward": {"path", "step"} or None, "backward": {"path", "step"} or None}`: the first
             module (in execution order) whose output, or output gradient, became NaN/Inf; forward, a module called
-            several times in a recorded step is placed by its first call whose output was not finite.
+            several times in a step is placed by its first call whose output was not finite.
         unobserved: module path -> why it was never observed (with advice).
         execution_order: module paths in the order their forward first completed (children before parents).
         dropped: reason -> number of observations not kept (`"sampling"`, `"capacity"`, `"eval"` ...).

@@ -8,14 +8,16 @@ steps, whether each call of a shared module (one called more often in that step 
 step of several forwards calls each module several times) output a non-finite value
 (`RecordTable.holds_nonfinite`: read from what the hook read anyway, no sync), read at the flush.
 `first_nonfinite` then ranks a shared module by its first bad call. Other modules cost a counter per call; the
-first recorded step keeps the evidence of every call. Steps that are only checked (`every=N`) keep none.
+first recorded step keeps the evidence of every call. Steps that are only checked (`every=N`: one min/max per
+call, folded into the first non-finite step of each module on the device) place each module's first non-finite
+call there too (`place`).
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["CallLog", "Evidence"]
+__all__ = ["CallLog", "Evidence", "checked"]
 
 Evidence = tuple[int, int, torch.Tensor]
 """(module, which of its calls in the step, from 0; whether that call's output held a non-finite value (0-d bool))."""
@@ -39,8 +41,9 @@ class CallLog:
         self._evidence: dict[int, list[Evidence]] = {}  # row id -> the evidence kept for it
 
     def call(self, row: int, index: int) -> int | None:
-        """Count a call of module `index` in row id `row`: its ordinal among the module's calls in that row when
-        its evidence is wanted (a shared module, or any while the order is learned), else `None`."""
+        """Count a call of module `index` in row id `row` (a step only checked, not recorded, is named by a key
+        below -1: `checked(step)`): its ordinal among the module's calls in that step when its evidence is wanted
+        (a shared module, or any while the order is learned), else `None`."""
         if row != self._row:
             self._row, self._counts = row, [0] * len(self._counts)
         ordinal = self._counts[index]
@@ -71,6 +74,12 @@ class CallLog:
         self._per_forward = {index: count // forwards for index, count in counts.items()}
         self.shared = frozenset(index for index, count in counts.items() if count > forwards)
 
+    def place(self, index: int, ordinal: int | None = None) -> int | None:
+        """Where call `ordinal` of module `index` in its step (`None`: its first) takes place in a forward
+        (`_finish_learning`); `None` before the order is learned, or for a module not in it."""
+        per_forward = self._per_forward.get(index)
+        return None if per_forward is None else self._places.get((index, (ordinal or 0) % per_forward))
+
     def keep(self, row: int, evidence: list[Evidence]) -> None:
         """Keep `evidence` of calls in row id `row` (of a forward that completed)."""
         if evidence:
@@ -84,7 +93,7 @@ class CallLog:
             self._finish_learning()
         found = [self._evidence.pop(row, []) for row in rows]
         bad = iter(_on_host([flag for evidence in found for _, _, flag in evidence]))
-        first = {index: self._places[(index, 0)] for index in self._per_forward}
+        first = {index: place for index in self._per_forward if (place := self.place(index)) is not None}
         places = []
         for evidence in found:
             calls = dict(first)
@@ -93,11 +102,16 @@ class CallLog:
                 if held and (index not in earliest or ordinal < earliest[index]):
                     earliest[index] = ordinal
             for index, ordinal in earliest.items():
-                place = self._places.get((index, ordinal % self._per_forward.get(index, 1)))
+                place = self.place(index, ordinal)
                 if place is not None:
                     calls[index] = place
-            places.append(calls if self._places else {})
+            places.append(calls)
         return places
+
+
+def checked(step: int) -> int:
+    """The key that names step `step`, only checked (not recorded), in `CallLog.call`: below every row id."""
+    return -2 - step
 
 
 def _on_host(flags: list[torch.Tensor]) -> list[bool]:

@@ -19,9 +19,13 @@ from ..callbacks._steps import Frame
 from ..hooks._tree import is_plain, tensor_leaves
 from ._call_log import Evidence
 
-__all__ = ["GradHook", "Staged", "hook_grads", "no_label", "plain_grad", "staged"]
+__all__ = ["Check", "GradHook", "Staged", "hook_grads", "no_label", "plain_grad", "staged"]
 
 GradHook = Callable[[Any], None]
+
+Check = tuple[int, int, tuple[torch.Tensor, torch.Tensor], int | None]
+"""A checked call: (0 output or 1 output gradient, module, its min and max, where in a forward it took place
+(`CallLog.place`; `None`: unknown))."""
 
 
 class Staged:
@@ -32,7 +36,7 @@ class Staged:
     def __init__(self, row: int) -> None:
         self.row = row  # the row id of the step the forward began in
         self.acts: list[tuple[Any, ...]] = []  # what `RecordTable.stage` read of each output
-        self.checks: list[tuple[int, int, tuple[torch.Tensor, torch.Tensor]]] = []
+        self.checks: list[Check] = []
         self.evidence: list[Evidence] = []  # whether the calls of shared modules output non-finite values
         self.calls = 0
 

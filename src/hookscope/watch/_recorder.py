@@ -43,13 +43,14 @@ from ..callbacks._steps import ForwardFrames, Frame, uncounted
 from ..hooks import HookHandle, register_module_hook
 from ..hooks._calls import CalledHook, HookErrors
 from ..hooks._tree import first_float, is_plain
+from ..results._nonfinite import UNPLACED
 from ..stats._norms import combine_norms, norm_of
 from ..stats._tables import RecordTable
 from ..stats._units import unit_dims
 from ._attention import AttentionRecorder
 from ._buffers import StepBuffers
-from ._call_log import CallLog
-from ._entry import GradHook, Staged, hook_grads, no_label, plain_grad, staged
+from ._call_log import CallLog, checked
+from ._entry import Check, GradHook, Staged, hook_grads, no_label, plain_grad, staged
 from ._inspect import saturation_bounds
 from ._options import WatchOptions
 from ._params import ParamRecorder
@@ -107,8 +108,9 @@ class Recorder:
         self._ranked = ([False] * count, [False] * count)
         self.flags: torch.Tensor | None = None  # (2, modules) bool, kept for state dicts
         self.first: torch.Tensor | None = None  # (2, modules) int64: first unrecorded step found non-finite
+        self.first_place: torch.Tensor | None = None  # (modules,) int64: where in a forward it was, that step
         self.dropped: dict[str, int] = {}
-        self.checks: list[tuple[int, int, tuple[torch.Tensor, torch.Tensor]]] = []
+        self.checks: list[Check] = []
         self.traced: list[tuple[int, int, torch.Tensor]] = []  # (kind, module, tensor) appended by traced hooks
         self.stage: torch.Tensor | None = None  # (modules, 3 + 1) gradient sums and check hits of traced backwards
         self._handles: list[HookHandle] = []
@@ -464,7 +466,10 @@ class Recorder:
         x = first_float(output)
         if x is None or not x.numel() or not is_plain(x):
             return
-        (self.checks if staged is None else staged.checks).append((0, index, torch.aminmax(x.detach())))
+        log = self.call_log  # with shared modules, where in a forward each call takes place (else: forward_order)
+        ordinal = log.call(checked(self.state.step), index)
+        place = log.place(index, ordinal) if log.shared else None
+        (self.checks if staged is None else staged.checks).append((0, index, torch.aminmax(x.detach()), place))
         if torch.is_grad_enabled():
             hook_grads(output, self._check_hook(index), self._repeated)
 
@@ -474,7 +479,7 @@ class Recorder:
             if plain is not None and plain.numel():
                 with self.lock:
                     self._rank(1, index)
-                    self.checks.append((1, index, torch.aminmax(plain)))
+                    self.checks.append((1, index, torch.aminmax(plain), None))
 
         return CalledHook(hook, self.errors, self.grad_where[index])
 
@@ -488,10 +493,12 @@ class Recorder:
 
     def fold_flags(self, step: int) -> None:
         """Fold the checked step's non-finite findings into the first non-finite steps, on the device."""
-        found: list[tuple[int, int, tuple[torch.Tensor, ...]]] = [(d, j, tuple(pair)) for d, j, pair in self.checks]
+        found: list[tuple[int, int, tuple[torch.Tensor, ...], int | None]] = [
+            (d, j, tuple(pair), place) for d, j, pair, place in self.checks
+        ]
         self.checks = []
-        traced = [(0, j, tuple(t.unbind())) for kind, j, t in self._take_traced() if kind == -1]
-        for _, j, _ in traced:
+        traced = [(0, j, tuple(t.unbind()), None) for kind, j, t in self._take_traced() if kind == -1]
+        for _, j, _, _ in traced:
             self.observed[j] = True
             self._rank(0, j)
         if traced:
@@ -502,20 +509,30 @@ class Recorder:
             return
         device = found[0][2][0].device
         hits = torch.zeros(2 * len(self.paths), device=device)
-        bad = ~torch.isfinite(torch.stack([v for _, _, pair in found for v in pair]).view(-1, 2)).all(1)
-        hits.index_add_(0, self.positions([d * len(self.paths) + j for d, j, _ in found], device), bad.float())
+        bad = ~torch.isfinite(torch.stack([v for _, _, pair, _ in found for v in pair]).view(-1, 2)).all(1)
+        cells = self.positions([d * len(self.paths) + j for d, j, _, _ in found], device)
+        hits.index_add_(0, cells, bad.float())
         if stage is not None:
             hits[len(self.paths) :].add_(stage[:, 3].to(device))
             stage[:, 3].zero_()
         self._ensure_flags(device)
-        if self.first is not None:
-            newly = (hits.view(2, -1) > 0) & (self.first < 0)
-            self.first.copy_(torch.where(newly, step, self.first))
+        if self.first is None or self.first_place is None:
+            return
+        newly = (hits.view(2, -1) > 0) & (self.first < 0)
+        self.first.copy_(torch.where(newly, step, self.first))
+        if any(place is not None for _, _, _, place in found):  # shared modules: where in a forward each module's
+            # first non-finite call took place (forward; UNPLACED: unknown)
+            places = self.positions([UNPLACED if p is None or d else p for d, _, _, p in found], device)
+            placed = torch.full((2 * len(self.paths),), UNPLACED, dtype=torch.int64, device=device)
+            placed.scatter_reduce_(0, cells, torch.where(bad, places, UNPLACED), "amin")
+            self.first_place.copy_(torch.where(newly[0], placed[: len(self.paths)], self.first_place))
 
     def _ensure_flags(self, device: torch.device) -> None:
         if self.flags is None or self.first is None:
             self.flags = torch.ones(2, len(self.paths), dtype=torch.bool, device=device)
             self.first = torch.full((2, len(self.paths)), -1, dtype=torch.int64, device=device)
+        if self.first_place is None or self.first_place.device != self.first.device:
+            self.first_place = torch.full((len(self.paths),), UNPLACED, dtype=torch.int64, device=self.first.device)
 
     # ---- state ----------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

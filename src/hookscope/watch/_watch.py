@@ -300,7 +300,8 @@ class Watch(Callback):
         results.unobserved = extras.unobserved
         results.execution_order = [recorder.paths[i] for i in recorder.forward_order]
         orders = (recorder.forward_order, recorder.backward_order)
-        flagged = {} if recorder.first is None else first_from_flags(recorder.first, recorder.paths, orders)
+        first, places = recorder.first, recorder.first_place
+        flagged = {} if first is None else first_from_flags(first, recorder.paths, orders, places)
         results.first_nonfinite = merge_first(stepper.first, flagged)
         dropped = stepper.store.dropped
         results.dropped = {**recorder.dropped, **({"capacity": dropped} if dropped else {})}
