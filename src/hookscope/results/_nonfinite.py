@@ -41,9 +41,8 @@ def first_nonfinite(
             found[direction] = None
             continue
         row = int(rows[0, 0])
-        candidates = bad[row].nonzero().flatten().tolist()
-        ranked = None if calls is None or direction != "forward" else _by_call(candidates, calls[row])
-        index = ranked if ranked is not None else _earliest(candidates, order)
+        places = calls[row] if calls is not None and direction == "forward" else None
+        index = _first_of(bad[row].nonzero().flatten().tolist(), order, places)
         found[direction] = {"path": paths[index], "step": int(table.steps[row])}
     return found
 
@@ -66,8 +65,7 @@ def first_from_flags(
             continue
         step = int(steps[hit].min())
         candidates = (steps == step).nonzero().flatten().tolist()
-        ranked = None if where is None or direction != "forward" else _by_call(candidates, where)
-        index = ranked if ranked is not None else _earliest(candidates, order)
+        index = _first_of(candidates, order, where if direction == "forward" else None)
         found[direction] = {"path": paths[index], "step": step}
     return found
 
@@ -88,9 +86,9 @@ def _earliest(candidates: list[int], order: list[int]) -> int:
     return min(candidates, key=lambda index: (rank.get(index, len(order) + index), index))
 
 
-def _by_call(candidates: list[int], places: dict[int, int]) -> int | None:
-    """The candidate module whose place (`places`: of its first non-finite call) comes first; `None` when a
-    candidate has none."""
-    if not candidates or any(index not in places for index in candidates):
-        return None
+def _first_of(candidates: list[int], order: list[int], places: dict[int, int] | None) -> int:
+    """The candidate module named: the one whose place in a forward (`places`: of its first non-finite call) comes
+    first when every candidate has one, else the one that fired first (`_earliest`)."""
+    if places is None or any(index not in places for index in candidates):
+        return _earliest(candidates, order)
     return min(candidates, key=lambda index: (places[index], index))

@@ -66,7 +66,7 @@ class CallLog:
         NaN made in one stays in it."""
         counts: dict[int, int] = {}
         for place, index in enumerate(self.sequence):
-            self._places.setdefault((index, counts.get(index, 0)), place)
+            self._places[(index, counts.get(index, 0))] = place
             counts[index] = counts.get(index, 0) + 1
         forwards = min(counts.values(), default=1)
         if any(count % forwards for count in counts.values()):  # forwards that differ: no places
@@ -115,10 +115,6 @@ def checked(step: int) -> int:
 
 
 def _on_host(flags: list[torch.Tensor]) -> list[bool]:
-    """The 0-d bool tensors `flags` as host bools: one transfer where they share a device."""
-    if not flags:
-        return []
-    if len({flag.device for flag in flags}) == 1:
-        values: list[bool] = torch.stack(flags).tolist()
-        return values
-    return [bool(flag) for flag in flags]
+    """The 0-d bool tensors `flags` as host bools, in one transfer (gathered on the first one's device)."""
+    values: list[bool] = torch.stack([flag.to(flags[0].device) for flag in flags]).tolist() if flags else []
+    return values
