@@ -531,7 +531,7 @@ class Recorder:
         if self.flags is None or self.first is None:
             self.flags = torch.ones(2, len(self.paths), dtype=torch.bool, device=device)
             self.first = torch.full((2, len(self.paths)), -1, dtype=torch.int64, device=device)
-        if self.first_place is None or self.first_place.device != self.first.device:
+        if self.first_place is None:
             self.first_place = torch.full((len(self.paths),), UNPLACED, dtype=torch.int64, device=self.first.device)
 
     # ---- state ----------------------------------------------------------------------------------------------
@@ -565,6 +565,7 @@ class Recorder:
         if saved["first"] is not None:
             self.first = saved["first"].to(device)
             self.flags = torch.ones_like(self.first, dtype=torch.bool)
+            self.first_place = None  # not saved: the loaded steps are placed by `forward_order`
 
     def modules(self) -> list[nn.Module | None]:
         """The watched modules (`None` for those deleted)."""
