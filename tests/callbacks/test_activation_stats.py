@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from hookscope.callbacks import ActivationStats, HookCallback, LoopDriver, RecordsDroppedWarning
+from hookscope.callbacks import ActivationStats, Callback, HookCallback, LoopDriver, RecordsDroppedWarning
 from stats_oracle import auto_exponent, auto_histogram, expected, fixed_histogram, values_of
 
 
@@ -338,15 +338,19 @@ def test_a_stretch_of_batches_left_alone_runs_with_the_batch_counting_hook_alone
         assert record[0]["mean"] == pytest.approx(output.double().mean().item(), rel=1e-6, abs=1e-9)
 
 
-def test_the_middle_of_a_stretch_is_timed_apart_and_its_ends_are_charged(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("own_driver", [True, False])
+def test_the_later_half_of_a_stretch_is_timed_apart_and_its_slower_first_steps_are_charged(
+    monkeypatch: pytest.MonkeyPatch, own_driver: bool
+) -> None:
+    """With its own driver (`attach`), the stretch's middle batches pass the driver without an event and the
+    driver marks where its later half begins; driven with another callback, it sees every batch and marks it."""
     from hookscope.callbacks import _activation_stats, _budget
     from hookscope.callbacks._budget import Budget
 
     observed = {0, 1, 12}
     monkeypatch.setattr(Budget, "_rule", lambda self, step, credit: step in observed)  # its decisions, not its clock
     now = [0.0]
-    monkeypatch.setattr(_budget.time, "perf_counter", lambda: now[0])
-    monkeypatch.setattr(_activation_stats.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(_budget.time, "perf_counter", lambda: now[0])  # (the one `time` module: the driver's too)
     ended: list[tuple[int, int, Any]] = []
     original = Budget.stretch_ended
 
@@ -357,17 +361,20 @@ def test_the_middle_of_a_stretch_is_timed_apart_and_its_ends_are_charged(monkeyp
     monkeypatch.setattr(Budget, "stretch_ended", spy)
     model = nn.Sequential(nn.Linear(3, 2))
     stats = ActivationStats()
-    with stats.attach(model):
+    took = {4: 1.5, 5: 1.5, 11: 1.25}  # the stretch's first two batches (after a measured one) and its last are slower
+    with stats.attach(model) if own_driver else LoopDriver([stats, Callback()], model):
         for batch in range(13):
-            now[0] += 1.5 if batch in (5, 12) else 1.0  # batch 4 (the stretch's first) and 11 (its last) take 1.5 s
+            now[0] += took.get(batch - 1, 1.0)  # the time of the batch before this one
             model(torch.randn(4, 3)).sum().backward()
     timer = stats._timer
     assert timer is not None
-    # batch 2 follows the measured batch 1 (no typical step time yet), batch 3 foresees the stretch 4..11; its middle
-    # is timed from batch 5's start to batch 11's: 6 steps of 1 s; the stretch took 9 s, 1 s beyond 8 such steps
-    assert ended == [(4, 8, (6.0, 6))]
-    assert timer._typical == pytest.approx(1.0)  # learned from the middle
-    assert timer.own == pytest.approx(1.0)  # its ends, what following them cost (the hooks take no time here)
+    assert _activation_stats.later_part(8) == 4
+    # batch 2 follows the measured batch 1 (no typical step time yet), batch 3 foresees the stretch 4..11; its later
+    # half is timed from batch 7's start to batch 11's: 4 batches of 1 s; the stretch took 9.25 s, 1.25 s beyond 8
+    # such batches (timing the middle, 5..11, would have charged 0.58 s: the slow batch 5 taken for a typical one)
+    assert ended == [(4, 8, (4.0, 4))]
+    assert timer._typical == pytest.approx(1.0)  # learned from the later half
+    assert timer.own == pytest.approx(1.25)  # its slower first steps and its ends (the hooks take no time here)
 
 
 def test_closing_a_record_is_counted_as_its_cost(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -614,7 +614,7 @@ def test_what_the_ends_of_a_stretch_take_beyond_its_middle_steps_is_charged(cloc
     (paused, _, paused_typical), (long_ends, _, _) = charged[2:]
     assert paused == pytest.approx(0.0, abs=1e-15)  # a pause in the middle is no cost of the monitor
     assert paused_typical == pytest.approx(1e-3 * (1 + (1 - 0.9**10) * (_budget.SLOWER - 1)), rel=1e-9)
-    assert long_ends == pytest.approx(2e-3, rel=1e-9)  # a pause at an end: charged as two steps at most
+    assert long_ends == pytest.approx(_budget.ENDS * 1e-3, rel=1e-9)  # a pause at an end: `ENDS` steps at most
 
 
 def test_a_stretch_foreseen_on_the_step_after_a_measured_one_reaches_the_next_measured_step(clock: FakeClock) -> None:
@@ -721,3 +721,36 @@ def test_the_steps_inside_a_stretch_pass_the_loop_driver_without_reaching_the_wa
     assert numbers == list(range(33))  # one batch a step, numbered as the loop counts them
     assert w.results().steps.tolist() == [0, 1, 30]
     assert w.results().meta["measured"]["steps"] == 33
+
+
+def test_the_later_half_of_a_stretch_is_timed_apart_and_its_slower_first_steps_are_charged(
+    monkeypatch: pytest.MonkeyPatch, clock: FakeClock
+) -> None:
+    """Steps 3 to 29 are one stretch after the measured step 1 (step 2 timed alone). Its first two steps are slower
+    (caches refilled after a measured step): the driver marks when its later half (`later_part`: its last 13
+    steps) begins, and what the stretch took beyond 27 steps at that pace is charged as the monitor's."""
+    schedule(monkeypatch, {0, 1, 30})
+    ended: list[tuple[int, int, Any]] = []
+    original = Budget.stretch_ended
+
+    def spy(self: Budget, first: int, count: int, inner: tuple[float, int] | None = None) -> None:
+        ended.append((first, count, inner))
+        original(self, first, count, inner)
+
+    monkeypatch.setattr(Budget, "stretch_ended", spy)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    took = {3: 1.5, 4: 1.5}  # seconds; every other step takes 1 s (hookscope's own work takes none here)
+    with watch(model, optimizer) as w:
+        for step in range(30):
+            clock.now += took.get(step, 1.0)
+            optimizer.zero_grad()
+            model(torch.randn(8, 4)).square().mean().backward()
+            optimizer.step()
+        budget = w.stepper.budget
+        assert _budget.later_part(27) == 13
+        assert ended == [(3, 27, (13.0, 13))]  # steps 17 to 29, timed from step 16's end to step 29's
+        assert budget._typical == pytest.approx(1.0)  # learned from the later half, the slow steps apart
+        # the stretch took 28 s, 1 s beyond 27 steps of 1 s: charged (timing the stretch whole, nothing would be)
+        assert budget.own == pytest.approx(1.0)

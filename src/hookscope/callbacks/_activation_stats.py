@@ -28,7 +28,7 @@ from ..stats._spec import Spec
 from ..stats._tables import SMALL_BELOW, RecordTable
 from ._activation_state import STATE
 from ._base import LoopDriver
-from ._budget import Budget, check_budget
+from ._budget import Budget, check_budget, later_part
 from ._hook_callback import HookCallback, HookFunction
 from ._steps import ForwardFrames, Frame, uncounted
 
@@ -156,7 +156,7 @@ class ActivationStats(HookCallback):
         self._filled: set[int] = set()  # records something was kept in
         self._stretch = (0, 0)  # (first batch, count) of a stretch of batches left alone (`Budget.stretch`)
         self._stretch_left = 0  # its batches still to begin
-        self._marks: list[float] = []  # when its second and its last batch began: its middle ones, timed apart
+        self._marks: list[float] = []  # when its later part and its last batch began: the later part timed apart
         self._last_batch = -1  # the last training batch seen to begin (its own driver numbers those a stretch
         # let pass: `measured` asks it)
 
@@ -256,14 +256,16 @@ class ActivationStats(HookCallback):
     def _in_stretch(self, timer: Budget) -> bool:
         """Whether this batch is one of a stretch of batches left alone: counted, nothing else. The two root hooks
         (`ForwardFrames`) are off the model from its first batch to its last, whose end puts them back for the
-        batch after it; that batch counts the stretch's time (`Budget.stretch_ended`)."""
+        batch after it; that batch counts the stretch's time (`Budget.stretch_ended`), its later part (`later_part`,
+        from the batch that begins it to the last batch) timed apart."""
         first, count = self._stretch
         left = self._stretch_left
+        later = later_part(count)
+        driver = None if self._driver is None else self._driver()
         if not left:
             if count:  # the stretch ended with the batch before this one
                 marks = self._marks
-                inner = (marks[1] - marks[0], count - 2) if len(marks) == 2 and count > 2 else None
-                timer.stretch_ended(first, count, inner)
+                timer.stretch_ended(first, count, (marks[1] - marks[0], later) if len(marks) == 2 else None)
                 self._stretch = (0, 0)
             return False
         if left == count:  # its first batch: the batch before it ends now, and the root hooks come off
@@ -273,12 +275,16 @@ class ActivationStats(HookCallback):
                 handle.pause()
             if self._frames is not None:
                 self._frames.drop_current()  # this forward's frame: the paused hook will not close it
-            driver = None if self._driver is None else self._driver()
-            if driver is not None and count > 2:  # its middle batches pass its own driver without an event
-                driver.skip_batches(count - 2)
+            if driver is not None and count > 2:  # its middle batches pass its own driver without an event; it
+                driver.skip_batches(count - 2, later - 1)  # marks when the later part begins
                 left = 2  # its first and last batches are seen
+        elif later and left == later + 1:  # seen by another driver: the later part begins with this batch
+            self._marks = [time.perf_counter()]
         self._stretch_left = left = left - 1
         if not left:  # its last batch: the root hooks go back on (this forward's end closes no frame)
+            marked = driver.marked if driver is not None and count > 2 else None
+            if marked is not None:
+                self._marks = [marked]
             if len(self._marks) == 1:
                 self._marks.append(time.perf_counter())
             for handle in self._frame_handles:
@@ -289,8 +295,6 @@ class ActivationStats(HookCallback):
     def on_batch_end(self, batch: int) -> None:
         """Close the open record (its small outputs wait to be described with later ones)."""
         if self._stretch[1] and self._row < 0:  # a batch of a stretch left alone, or the one before: no record
-            if 0 < self._stretch_left < self._stretch[1] and not self._marks:  # its first one: the middle begins
-                self._marks.append(time.perf_counter())
             return
         timer = self._timer
         if timer is not None and self._row >= 0:

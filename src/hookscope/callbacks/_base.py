@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections.abc import Iterable
 from typing import Any, Protocol
@@ -171,6 +172,8 @@ class LoopDriver:
         # (paused while the events inside a step are not followed)
         self.steps_to_skip = 0  # optimizer steps still to let pass without an event (`skip_steps`)
         self.batches_to_skip = 0  # training batches still to let pass without an event (`skip_batches`)
+        self.marked: float | None = None  # when the count of a stretch let pass reached its mark (`perf_counter`)
+        self._mark = -1  # the count of batches or steps still to skip at which to mark the time
         self._started: list[Callback] = []
         self._detached = False
         self._lock = threading.RLock()  # forwards from several threads begin and end batches one at a time
@@ -225,18 +228,21 @@ class LoopDriver:
         else:
             self._batch_hook.pause()
 
-    def skip_batches(self, count: int) -> None:
+    def skip_batches(self, count: int, mark: int = -1) -> None:
         """Let the next `count` training batches begin and end without an event: the forward pre-hook numbers them
         and nothing else (forwards that are no batch are told apart as always). A callback that leaves a stretch of
-        batches alone (`ActivationStats` under its budget) asks for it; it is the one callback of its driver."""
-        self.batches_to_skip = count
+        batches alone (`ActivationStats` under its budget) asks for it; it is the one callback of its driver. With
+        `mark` (0 to `count - 1`), `marked` is when the batch that leaves `mark` of them to skip began: the
+        callback times the stretch's later part apart (`Budget.stretch_ended`)."""
+        self.batches_to_skip, self._mark, self.marked = count, mark, None
 
-    def skip_steps(self, count: int) -> None:
+    def skip_steps(self, count: int, mark: int = -1) -> None:
         """Let the next `count` optimizer steps pass without an event: the step post-hook counts them down
         (`steps_to_skip`), and the step after them is emitted as usual. A callback that leaves a stretch of steps
         alone (`watch()` under its budget, with the batches and the events inside steps already unfollowed)
-        counts them from `steps_to_skip` when it needs to; it is the one callback of its driver."""
-        self.steps_to_skip = count
+        counts them from `steps_to_skip` when it needs to; it is the one callback of its driver. With `mark` (0 to
+        `count - 1`), `marked` is when the step that leaves `mark` of them to skip ended, as `skip_batches`."""
+        self.steps_to_skip, self._mark, self.marked = count, mark, None
 
     def add_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Emit `before/after_optimizer_step` around the steps of `optimizer` from now on."""
@@ -256,6 +262,8 @@ class LoopDriver:
             self.end_batch()
             if reason is None and self.batches_to_skip:  # a batch let pass: numbered, no event
                 self.batches_to_skip -= 1
+                if self.batches_to_skip == self._mark:
+                    self.marked = time.perf_counter()
                 self._numbers.begin()
             elif reason is None:
                 batch = self._numbers.begin()
@@ -288,6 +296,8 @@ class LoopDriver:
     def _step_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if self.steps_to_skip:
             self.steps_to_skip -= 1
+            if self.steps_to_skip == self._mark:
+                self.marked = time.perf_counter()
             return
         for callback in self.callbacks:
             callback.after_optimizer_step(optimizer)

@@ -14,8 +14,9 @@ off the modules (paused: `hookscope.hooks.HookHandle.pause`), so the model runs 
 the fixed cost of following the steps (an optimizer hook or a root hook), which the budget does not see. A run of
 steps left alone can be foreseen at the typical step time (`stretch`, which sets aside what is still to be
 charged: the step after a measured one, the stretch's ends) and followed by a count alone (`stretch_ended` counts
-their time as each step would be counted; where the middle of the stretch is timed apart, what its two ends took
-beyond as many middle steps is charged too). The typical step time is learned so that a slow step (a pause, a
+their time as each step would be counted; its later half is timed apart, and what the stretch took beyond as
+many steps at that pace is charged too: its ends, and its first steps, which run slower right after a measured
+one while the caches refill). The typical step time is learned so that a slow step (a pause, a
 busy machine, a garbage collection) moves it as one `SLOWER` times the typical would: the yardstick of what
 measuring costs stays what a step left alone takes.
 
@@ -30,13 +31,29 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["LONGEST_STRETCH", "WARMUP_STEPS", "Budget", "check_budget"]
+__all__ = ["LONGEST_STRETCH", "WARMUP_STEPS", "Budget", "check_budget", "later_part"]
 
 WARMUP_STEPS = 16
 """Steps measured at the start of a budgeted run, whatever they cost."""
 
 LONGEST_STRETCH = 4096
 """The most steps `Budget.stretch` leaves alone in one go (then it is asked again)."""
+
+
+LATER_FROM = 4
+"""Stretches of at least this many steps have their later half timed apart (`later_part`)."""
+
+
+def later_part(count: int) -> int:
+    """How many of the last steps of a stretch of `count` steps left alone are timed apart (0: none): the steps
+    right after a measured one are slower (caches and the interpreter's refilled), and a step of the stretch's
+    later half is what a step left alone takes (`Budget.stretch_ended`)."""
+    return count // 2 if count >= LATER_FROM else 0
+
+
+ENDS = 4
+"""The most the first steps and the ends of a stretch count for beyond the pace of its later part, in its steps
+(as a measured step's own excess does: `Budget._charge`)."""
 
 
 SLOWER = 1.25
@@ -168,10 +185,10 @@ class Budget:
         now, the first beginning when the step before it ended (`end`), none seen to begin or end: count them as
         `begin` and `end` would, each taking their mean time, in one go.
 
-        `inner` is `(seconds, steps)` of the stretch's middle, timed apart (from its second step's start to its
-        last one's), where the monitor follows the steps of its ends and not the middle ones: a middle step is
-        then what a step left alone takes, and what the stretch took beyond as many such steps is the cost of
-        following its ends (at most two such steps: more is a pause, not the monitor)."""
+        `inner` is `(seconds, steps)` of the stretch's later part, timed apart (`later_part`): a step there is
+        what a step left alone takes, and what the stretch took beyond as many such steps is the monitor's cost
+        too: the steps right after a measured one, slower while the caches refill, and following the stretch's
+        ends (at most `ENDS` such steps: more is a pause, not the monitor)."""
         now = time.perf_counter()
         ended, closing = self._ended, self._spent
         self.settle()  # the step before them: what hookscope did after it ended
@@ -180,7 +197,7 @@ class Budget:
         mean, typical, ends = elapsed / count, self._typical, 0.0
         if inner is not None and inner[1] > 0 and inner[0] > 0:
             mean = inner[0] / inner[1]
-            ends = min(max(elapsed - count * mean, 0.0), 2 * mean)
+            ends = min(max(elapsed - count * mean, 0.0), ENDS * mean)
             self._ends = ends
         own = mean if typical is None else min(mean, 2 * typical)  # a pause counts as no more than two typical steps
         if self.budget is not None and first >= WARMUP_STEPS:
@@ -249,8 +266,8 @@ class Budget:
         if (self._chosen or self._follows) and typical is not None:
             # what a measured step, and the step after it, took beyond a step left alone is the measuring's cost
             # too, timed or not: hooks traced into a compiled graph, torch's slower path for hooked modules, caches
-            # the measuring emptied (a pause after it, an eval loop, say, counts as no more than four typical steps)
-            spent = max(spent, min(elapsed - typical, spent + 4 * typical))
+            # the measuring emptied (a pause after it, an eval loop, say, counts as no more than `ENDS` typical steps)
+            spent = max(spent, min(elapsed - typical, spent + ENDS * typical))
         # a pause between steps counts as no more than two typical steps
         own = elapsed - spent if typical is None else min(elapsed - spent, 2 * typical)
         # earn a share of the step's own time, spend what hookscope took; a cheap stretch is not banked

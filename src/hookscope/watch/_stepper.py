@@ -10,6 +10,7 @@ the run ends, moves closed steps to the host store and the sinks (`flush`), and 
 from __future__ import annotations
 
 import threading
+import time
 import warnings
 import weakref
 from collections.abc import Callable
@@ -19,7 +20,7 @@ import torch
 import torch.nn as nn
 
 from .._errors import UnobservedModuleWarning
-from ..callbacks._budget import Budget
+from ..callbacks._budget import Budget, later_part
 from ..callbacks._steps import Frame
 from ..results._nonfinite import first_nonfinite, merge_first
 from ..results._results import WatchResults
@@ -40,8 +41,9 @@ class StepSkipper(Protocol):
     """What lets the steps of a stretch pass without an event: the watch's own loop driver (`LoopDriver`)."""
 
     steps_to_skip: int
+    marked: float | None
 
-    def skip_steps(self, count: int) -> None: ...
+    def skip_steps(self, count: int, mark: int = -1) -> None: ...
 
 
 _COUNTERS = ("batches", "optimizer_steps", "step", "recorded")
@@ -97,6 +99,7 @@ class Stepper:
         self._seen_whole = False  # every loss logged between two optimizer steps was seen at least once
         self._stretch = (0, 0)  # (first step, count) of the steps left alone followed by a count alone
         self._stretch_left = 0  # the steps of the stretch not counted yet
+        self._later = 0  # its last steps, timed apart by the skipper (0: none)
         self.skipper: StepSkipper | None = None  # the watch's own loop driver: it lets the steps of a stretch
         # pass without an event, but the last
         self._followed_since = False  # the batches are followed since the last optimizer step
@@ -110,7 +113,7 @@ class Stepper:
         self.recorder = recorder
         self.is_dormant, self.follows_batches = False, True  # the hooks of a new attachment are all on the model
         self._loss_order, self._seen_whole, self._followed_since = None, False, False  # perhaps another loop
-        self._stretch, self._stretch_left = (0, 0), 0
+        self._stretch, self._stretch_left, self._later = (0, 0), 0, 0
         self.skipper = None  # set by `Watch.attach` for its own driver, after this
         self._model = weakref.ref(model)
         self._optimizer = None if optimizer is None else weakref.ref(optimizer)
@@ -235,7 +238,9 @@ class Stepper:
         state.step += ended
         self._stretch_left -= ended
         if not self._stretch_left:
-            self.budget.stretch_ended(*self._stretch)
+            marked = self.skipper.marked if self.skipper is not None and self._later else None
+            later = None if marked is None else (time.perf_counter() - marked, self._later)
+            self.budget.stretch_ended(*self._stretch, later)
             self._decide_next_step()
 
     def _steps_to_skip(self) -> int:
@@ -263,7 +268,7 @@ class Stepper:
         done = count - self._stretch_left
         if self._stretch_left and done:
             self.budget.stretch_ended(first, done)
-            self._stretch = (first + done, self._stretch_left)
+            self._stretch, self._later = (first + done, self._stretch_left), 0
 
     def _decide_next_step(self) -> None:
         """The step is done: decide the next one now, and leave the model alone until then if it is not measured.
@@ -292,8 +297,10 @@ class Stepper:
                 count = self.budget.stretch(state.optimizer_steps)
                 if count > 1:
                     self._stretch, self._stretch_left = (state.optimizer_steps, count), count
+                    # its later half is timed apart: the steps right after a measured one are slower (caches refilled)
+                    self._later = later_part(count)
                     if self.skipper is not None:
-                        self.skipper.skip_steps(count - 1)  # the last one's event ends the stretch
+                        self.skipper.skip_steps(count - 1, self._later - 1)  # the last one's event ends the stretch
 
     def frame_began(self, frame: Frame) -> None:
         """A root forward that is not part of a step began: traced (compiled) hooks record nothing during it."""
