@@ -38,7 +38,7 @@ def measure(name: str, monitor: str, rounds: int, block: int | None = None) -> d
     if monitor == "watch":
         watcher = watch(watched_model, optimizer)
         watcher.attach()
-        measured, detach = (lambda: watcher.results().meta["measured"]), watcher.detach
+        measured, detach = (lambda: watcher.measured), watcher.detach  # read without a flush
     else:
         stats = ActivationStats(with_hist=True)
         driver = stats.attach(watched_model)

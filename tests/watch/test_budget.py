@@ -754,3 +754,22 @@ def test_the_later_half_of_a_stretch_is_timed_apart_and_its_slower_first_steps_a
         assert budget._typical == pytest.approx(1.0)  # learned from the later half, the slow steps apart
         # the stretch took 28 s, 1 s beyond 27 steps of 1 s: charged (timing the stretch whole, nothing would be)
         assert budget.own == pytest.approx(1.0)
+
+
+def test_measured_reads_what_results_report_without_a_flush() -> None:
+    """`Watch.measured` is `results().meta["measured"]` without moving the measured steps' rows to the host (a
+    benchmark reads it between timed blocks: a flush there would be charged inside the next block)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    with watch(model, optimizer, every=1) as w:
+        for _ in range(5):
+            optimizer.zero_grad()
+            model(torch.randn(8, 4)).square().mean().backward()
+            optimizer.step()
+        stored = len(w.stepper.store)
+        measured = w.measured
+        assert len(w.stepper.store) == stored < 5  # nothing moved to the host by reading it
+        assert measured["steps"] == 5 and measured["every"] == 1 and measured["recorded"] == 5
+        assert w.results().meta["measured"] == w.measured  # one definition: read after the flush, the same
+        assert len(w.stepper.store) == 5

@@ -307,9 +307,8 @@ class Watch(Callback):
         results.dropped = {**recorder.dropped, **({"capacity": dropped} if dropped else {})}
         if recorder.buffers.acts.units.mismatch:  # outputs whose number of units changed: not counted per unit
             results.dropped["unit_shape"] = recorder.buffers.acts.units.mismatch
-        measured = {**stepper.budget.summary(), "recorded": stepper.state.recorded}
         results.meta = {**self._meta, "recorded_steps": stepper.state.recorded, "stride": stepper.store.stride}
-        results.meta["measured"] = measured
+        results.meta["measured"] = self.measured
         if stepper.state.labelled:
             labels: dict[str, list[int]] = {}
             for label, step in stepper.state.labelled:
@@ -320,6 +319,17 @@ class Watch(Callback):
         if logged is not None:
             results.logged_steps, results.logged_losses = logged
         return results
+
+    @property
+    def measured(self) -> dict[str, Any]:
+        """Which steps were measured and what that cost so far, as `results().meta["measured"]` gives them, read
+        without flushing the device buffers (between two steps, it adds no cost of its own to what it reports):
+        `steps` (the steps that began), `budget` or `every`, `cost` (hookscope's host time over the rest of the
+        steps' time), `seconds`, `step_cost`, `after_warmup` (`hookscope.callbacks._budget.Budget.summary`) and
+        `recorded` (the steps measured and kept)."""
+        with self._lock:
+            self.stepper.settle_stretch()  # the steps of a stretch that passed so far are counted
+            return {**self.stepper.budget.summary(), "recorded": self.stepper.state.recorded}
 
     def to_dataframe(self) -> Any:
         """`results().to_dataframe()`: long-format rows (needs pandas)."""
