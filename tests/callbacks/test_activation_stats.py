@@ -12,6 +12,7 @@ import torch.nn as nn
 
 from hookscope.callbacks import ActivationStats, Callback, HookCallback, LoopDriver, RecordsDroppedWarning
 from stats_oracle import auto_exponent, auto_histogram, expected, fixed_histogram, values_of
+from stretches import record_stretches
 
 
 class Capture(HookCallback):
@@ -351,14 +352,7 @@ def test_the_later_half_of_a_stretch_is_timed_apart_and_its_slower_first_steps_a
     monkeypatch.setattr(Budget, "_rule", lambda self, step, credit: step in observed)  # its decisions, not its clock
     now = [0.0]
     monkeypatch.setattr(_budget.time, "perf_counter", lambda: now[0])  # (the one `time` module: the driver's too)
-    ended: list[tuple[int, int, Any]] = []
-    original = Budget.stretch_ended
-
-    def spy(self: Budget, first: int, count: int, inner: tuple[float, int] | None = None) -> None:
-        ended.append((first, count, inner))
-        original(self, first, count, inner)
-
-    monkeypatch.setattr(Budget, "stretch_ended", spy)
+    ended = record_stretches(monkeypatch)
     model = nn.Sequential(nn.Linear(3, 2))
     stats = ActivationStats()
     took = {4: 1.5, 5: 1.5, 11: 1.25}  # the stretch's first two batches (after a measured one) and its last are slower

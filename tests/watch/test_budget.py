@@ -20,6 +20,7 @@ from hookscope.callbacks import _budget
 from hookscope.callbacks._budget import WARMUP_STEPS, Budget
 from hookscope.watch import watch
 from hookscope.watch._watch import Watch
+from stretches import record_stretches
 
 
 class FakeClock:
@@ -730,14 +731,7 @@ def test_the_later_half_of_a_stretch_is_timed_apart_and_its_slower_first_steps_a
     (caches refilled after a measured step): the driver marks when its later half (`later_part`: its last 13
     steps) begins, and what the stretch took beyond 27 steps at that pace is charged as the monitor's."""
     schedule(monkeypatch, {0, 1, 30})
-    ended: list[tuple[int, int, Any]] = []
-    original = Budget.stretch_ended
-
-    def spy(self: Budget, first: int, count: int, inner: tuple[float, int] | None = None) -> None:
-        ended.append((first, count, inner))
-        original(self, first, count, inner)
-
-    monkeypatch.setattr(Budget, "stretch_ended", spy)
+    ended = record_stretches(monkeypatch)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 2))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
