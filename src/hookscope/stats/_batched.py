@@ -47,13 +47,14 @@ class Segments:
         self.sizes = _to(torch.tensor(totals, dtype=torch.float64), device)
         segment = np.repeat(np.asarray(groups, dtype=np.int64), np.asarray(sizes, dtype=np.int64))
         self.segment = _to(torch.from_numpy(segment), device)  # (torch.repeat_interleave is slow on the CPU)
-        # Each part its own group (the tables' layouts): contiguous segments, summed by `segment_reduce` (several
-        # times faster than `index_add_` on the CPU); on the CPU, when none is empty, by numpy's `reduceat` at their
+        # Each part its own group (the tables' layouts): on the CPU contiguous segments, summed by `segment_reduce`
+        # (several times faster than `index_add_` there), and when none is empty by numpy's `reduceat` at their
         # starts, which also takes their min and max (3.6 and 4 times faster than `segment_reduce` and
-        # `scatter_reduce_` on 23,000 values in 105 segments).
-        own = count == len(sizes) and groups == list(range(len(sizes)))
-        self.lengths = _to(torch.tensor(sizes, dtype=torch.int64), device) if own else None
-        contiguous = own and device.type == "cpu" and all(size > 0 for size in sizes)
+        # `scatter_reduce_` on 23,000 values in 105 segments). Not on CUDA: `segment_reduce` reads its lengths on
+        # the host there (a sync), so sums are `index_add_` over `segment`.
+        own = count == len(sizes) and groups == list(range(len(sizes))) and device.type == "cpu"
+        self.lengths = torch.tensor(sizes, dtype=torch.int64) if own else None
+        contiguous = own and all(size > 0 for size in sizes)
         self.starts = np.cumsum([0, *sizes[:-1]], dtype=np.int64) if contiguous and sizes else None
         self.saturation: tuple[torch.Tensor, torch.Tensor] | None = None
         if bounds is not None and any(b is not None for b in bounds):
