@@ -18,7 +18,7 @@ from hookscope.distributed import grad_norms, norm_of_shards
 from hookscope.doctor._gradients import gradient_table
 from hookscope.results import WatchResults
 from hookscope.stats._dtensor import is_dtensor, is_sharded, local_part
-from hookscope.stats._histogram import EXPONENT_NONE, counts, on_widest_range, range_exponent
+from hookscope.stats._histogram import EXPONENT_NONE, added_at, counts, on_widest_range, range_exponent, tally
 from hookscope.stats._norms import combine_norm_segments, combine_norms, norm_of, root_sum_squares
 from hookscope.watch import watch
 from stats_oracle import auto_exponent, auto_histogram
@@ -92,6 +92,19 @@ def test_histograms_on_the_widest_range_equal_one_histogram_of_all_values(scales
     assert widened.sum(0)[:bins].tolist() == auto_histogram(values, bins, want_exponent).tolist()
     for part, row in zip(parts, widened, strict=True):  # each one alone, on the common range
         assert row[:bins].tolist() == auto_histogram(part.numpy(), bins, want_exponent).tolist()
+
+
+@pytest.mark.parametrize("dtype", [None, torch.float32, torch.float64])
+def test_tallies_off_the_cpu_equal_numpys_bincount(dtype: torch.dtype | None) -> None:
+    """`added_at` (what `tally` does off the CPU, where bincount syncs) and `tally` on the CPU both equal numpy's
+    bincount, unweighted (int64) and weighted (the weights' dtype), with indices up to the last slot."""
+    generator = torch.Generator().manual_seed(3)
+    index = torch.cat([torch.randint(0, 7, (200,), generator=generator), torch.tensor([9])])
+    weights = None if dtype is None else torch.rand(index.shape, generator=generator, dtype=dtype)
+    want = np.bincount(index.numpy(), None if weights is None else weights.double().numpy(), minlength=10)
+    for got in (added_at(index, 10, weights), tally(index, 10, weights)):
+        assert got.dtype == (torch.int64 if dtype is None else dtype) and got.shape == (10,)
+        np.testing.assert_allclose(got.double().numpy(), want, rtol=1e-6)
 
 
 def test_on_widest_range_of_nothing_is_the_empty_range() -> None:

@@ -154,13 +154,14 @@ def describe_residual(hidden: torch.Tensor, token_dim: int = -2) -> torch.Tensor
     rows = x.abs().reshape(-1, x.shape[-1])  # logical (row-major) order, whatever the strides
     # each row's largest, then the channel in the first row holding the largest (NaN counts as largest): the first
     # such value in logical order, as one flat argmax finds it, several times faster on the CPU
+    # (indexing with a 0-d tensor reads it on the host: a sync on CUDA; `index_select` and `take` do not)
     row = rows.amax(dim=1).argmax()
-    index = row * rows.shape[1] + rows[row].argmax()
+    index = row * rows.shape[1] + rows.index_select(0, row.view(1)).argmax()
     coordinates = _unravel(index, x.shape)
     flat = rows.reshape(-1)
     stride = max(flat.numel() // RESIDUAL_SAMPLE, 1)
     median = flat[::stride].float().median()
-    return torch.stack((flat[index].float(), coordinates[-1].float(), coordinates[token_dim].float(), median))
+    return torch.stack((flat.take(index).float(), coordinates[-1].float(), coordinates[token_dim].float(), median))
 
 
 def _unravel(index: torch.Tensor, shape: torch.Size) -> tuple[torch.Tensor, ...]:

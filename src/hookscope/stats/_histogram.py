@@ -26,6 +26,7 @@ __all__ = [
     "EXPONENT_MAX",
     "EXPONENT_MIN",
     "EXPONENT_NONE",
+    "added_at",
     "auto_edges",
     "check_bins",
     "check_range",
@@ -38,6 +39,7 @@ __all__ = [
     "rebin",
     "row_counts",
     "segment_counts",
+    "tally",
     "widest_exponent",
 ]
 
@@ -130,6 +132,22 @@ def _step(bounds: tuple[float, float], bins: int) -> float:
     return width / bins if math.isfinite(width) else 2 * ((high / 2 - low / 2) / bins)
 
 
+def tally(index: torch.Tensor, length: int, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """`torch.bincount(index, weights, minlength=length)` of indices in `[0, length)`: the (length,) count (int64)
+    or sum of `weights` (their dtype) at each index. bincount on the CPU; elsewhere an `index_add_` into zeros,
+    because CUDA's bincount reads the indices' min and max on the host to size its result (two syncs)."""
+    if index.device.type == "cpu":
+        return torch.bincount(index, weights, minlength=length)
+    return added_at(index, length, weights)
+
+
+def added_at(index: torch.Tensor, length: int, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """`tally` off the CPU: 1 (or each weight) added at each index of `length` zeros, sized without a sync."""
+    if weights is None:
+        weights = torch.ones_like(index)
+    return torch.zeros(length, dtype=weights.dtype, device=index.device).index_add_(0, index, weights)
+
+
 def counts(
     values: torch.Tensor,
     finite: torch.Tensor,
@@ -143,7 +161,7 @@ def counts(
     each value counts `weight`."""
     code = _codes(values, finite, bins, exponent, bounds)
     weights = torch.as_tensor(weight, dtype=torch.float64, device=values.device).expand(values.shape)
-    return torch.bincount(code, weights=weights, minlength=bins + 3)[: bins + 2]
+    return tally(code, bins + 3, weights)[: bins + 2]
 
 
 def segment_counts(
@@ -161,7 +179,7 @@ def segment_counts(
     exponent = None if exponents is None else exponents.index_select(0, segment)
     code = _codes(values, finite, bins, exponent, bounds)
     code = torch.where(code > bins + 1, groups * (bins + 2), code + segment * (bins + 2))
-    return torch.bincount(code, minlength=groups * (bins + 2) + 1)[:-1].double().view(groups, bins + 2)
+    return tally(code, groups * (bins + 2) + 1)[:-1].double().view(groups, bins + 2)
 
 
 def row_counts(
@@ -192,7 +210,7 @@ def row_counts(
         code = clean.mul_(scales[0]).mul_(scales[1]).floor_().add_(half).clamp_(0, bins - 1)
         code = code.sub_(bins + 2).mul_(finite).add_(bins + 2).long()  # bins + 2 where not counted
     code += torch.arange(rows, device=values.device)[:, None] * width
-    counts = torch.bincount(code.reshape(-1), minlength=rows * width).view(rows, width)
+    counts = tally(code.reshape(-1), rows * width).view(rows, width)
     return counts[:, : bins + 2].double()
 
 

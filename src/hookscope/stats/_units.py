@@ -13,6 +13,7 @@ import torch
 import torch.nn as nn
 
 from ._describe import Described
+from ._histogram import tally
 
 __all__ = ["UnitCounts", "active", "unit_counts", "unit_dims"]
 
@@ -58,7 +59,7 @@ def unit_counts(described: Described, shape: tuple[int, ...], unit: int) -> torc
     inner = math.prod(shape[unit + 1 :])
     ids = torch.div(described.index, inner, rounding_mode="floor").remainder_(units)
     weight = math.prod(shape) / values.numel()
-    return torch.bincount(ids, weights=active(values).double() * weight, minlength=units)
+    return tally(ids, units, active(values).double() * weight)
 
 
 class UnitCounts:
@@ -97,9 +98,9 @@ class UnitCounts:
         are summed by `bincount` over the whole table, then added)."""
         if self.active is not None and self.seen is not None and active.dtype != self.active.dtype:
             size = self.active.numel()
-            self.active += torch.bincount(positions, weights=active, minlength=size)
+            self.active += tally(positions, size, active)
             weights = seen if isinstance(seen, torch.Tensor) else torch.full_like(active, seen)
-            self.seen += torch.bincount(positions, weights=weights, minlength=size)
+            self.seen += tally(positions, size, weights)
             return
         if self.active is not None and self.seen is not None:
             self.active.index_add_(0, positions, active)
