@@ -8,6 +8,8 @@ following the steps (a root pre-hook, an optimizer hook), which it does not char
 
     python bench/budget.py                          # watch() and ActivationStats() on the tiny MLP
     python bench/budget.py --models tiny,mlp --threads 2 --rounds 8
+    python bench/budget.py --models tiny,mlp,mobile --device cuda --block 500
+    python bench/budget.py --models mobile --device cuda --batch 32   # a device-bound step
 """
 
 from __future__ import annotations
@@ -23,13 +25,16 @@ BLOCK = {"tiny": 2000, "mlp": 100, "gpt": 300, "cnn": 40, "mobile": 150, "transf
 """Steps a block (about 0.3-3 s)."""
 
 
-def measure(name: str, monitor: str, rounds: int, block: int | None = None) -> dict[str, Any]:
-    """Alternate `rounds` bare and watched blocks of `name` (`block` steps each, default `BLOCK`); return the real
-    and charged ratios."""
+def measure(
+    name: str, monitor: str, rounds: int, block: int | None = None, device: str = "cpu", batch: int = 1
+) -> dict[str, Any]:
+    """Alternate `rounds` bare and watched blocks of `name` (`block` steps each, default `BLOCK`), its batch
+    repeated `batch` times; return the real and charged ratios."""
     from hookscope.callbacks import ActivationStats
     from hookscope.watch import watch
 
     model, x, y = MODELS[name]()
+    model, x, y = model.to(device), x.repeat(batch, *[1] * (x.dim() - 1)).to(device), y.repeat(batch).to(device)
     steps = block or BLOCK[name]
     bare_model, watched_model = copy.deepcopy(model), copy.deepcopy(model)
     bare = make_step(bare_model, torch.optim.SGD(bare_model.parameters(), lr=1e-3, momentum=0.9), x, y)
@@ -70,6 +75,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--block", type=int, default=None, help="steps per block (default: per model, BLOCK)")
+    parser.add_argument("--device", default="cpu", help="where the models run (cpu, cuda)")
+    parser.add_argument("--batch", type=int, default=1, help="repeat each model's batch this many times")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print("| model | monitor | real | charged |\n|---|---|---|---|")
@@ -77,7 +84,7 @@ def main() -> None:
         if name not in BLOCK:
             raise ValueError(f"--models must name models of {', '.join(BLOCK)}, got {name!r}")
         for monitor in ("watch", "ActivationStats"):
-            result = measure(name, monitor, args.rounds, args.block)
+            result = measure(name, monitor, args.rounds, args.block, args.device, args.batch)
             print(f"| {name} | {monitor} | {result['real']:.3f} | {result['charged']:.3f} |")
 
 

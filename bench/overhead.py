@@ -12,6 +12,7 @@ the same round. The table gives the median ratio and its interquartile range ove
     python bench/overhead.py --models tiny --rounds 3 --steps 5
     python bench/overhead.py --repeat 2      # each model measured twice (columns "mlp", "mlp #2" ...)
     python bench/overhead.py --device cuda   # on a GPU (steps synchronize before and after each round)
+    python bench/overhead.py --configs "watch(every=1)"   # bare and the configurations named (CONFIGS' keys)
 """
 
 from __future__ import annotations
@@ -395,7 +396,9 @@ COMPILED = {"mlp": mlp, "tiny": tiny}
 """The models of the compiled pairs: Sequentials (`_own_code` gives each copy a graph of its own)."""
 
 
-def bench_compiled(model_name: str, rounds: int, steps: int, backend: str = "inductor") -> dict[str, Any]:
+def bench_compiled(
+    model_name: str, rounds: int, steps: int, backend: str = "inductor", device: str = "cpu"
+) -> dict[str, Any]:
     """Compiled bare vs compiled watched `model_name` (watch attached before compiling), and whether it recorded.
 
     dynamo caches compiled code per code object and does not guard on module hooks by default, so two models of
@@ -410,7 +413,7 @@ def bench_compiled(model_name: str, rounds: int, steps: int, backend: str = "ind
     runners, watchers = {}, {}
     for config in results:
         model, x, y = COMPILED[model_name]()
-        model = _own_code(model)
+        model, x, y = _own_code(model).to(device), x.to(device), y.to(device)
         optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
         if config in options:
             watchers[config] = watch(model, optimizer, **options[config])
@@ -513,7 +516,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--steps", type=int, default=None, help="steps per round (default: per model, STEPS)")
     parser.add_argument("--memory-steps", type=int, default=None, help="watched tiny-MLP steps for the RSS check")
+    parser.add_argument("--configs", default=None, help="comma-separated configurations to run (default: all)")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile pair")
+    parser.add_argument("--compiled", default=",".join(COMPILED), help="the models of the compiled pairs")
     parser.add_argument("--compile-backend", default="inductor", help="torch.compile backend of the compiled pair")
     parser.add_argument("--repeat", type=int, default=1, help="measure each model this many times (noisy machines)")
     parser.add_argument("--device", default="cpu", help="where the models run (cpu, cuda)")
@@ -531,6 +536,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--models must be among {', '.join(MODELS)}, got {', '.join(unknown)}")
     configs = {name: factory for name, factory in CONFIGS.items() if available(name)}
     skipped = [name for name in CONFIGS if name not in configs]
+    if args.configs is not None:
+        wanted = ["bare", *(c for c in args.configs.split(",") if c and c != "bare")]
+        unknown = [c for c in wanted if c not in CONFIGS]
+        if unknown:
+            parser.error(f"--configs must be among {', '.join(CONFIGS)}, got {', '.join(unknown)}")
+        configs = {name: configs[name] for name in wanted if name in configs}
     results, steps_per_round = {}, {}
     for model in models:
         steps = args.steps or (max(2, STEPS[model] // 10) if args.quick else STEPS[model])
@@ -561,9 +572,9 @@ def main(argv: list[str] | None = None) -> int:
     if skipped:
         print(f"\nskipped (not in this checkout): {', '.join(skipped)}")
     if available("watch") and not args.no_compile:
-        for name in COMPILED:
+        for name in [m for m in args.compiled.split(",") if m in COMPILED]:
             compiled_steps = args.steps or (max(2, STEPS[name] // 10) if args.quick else STEPS[name])
-            report[f"compiled_{name}"] = bench_compiled(name, rounds, compiled_steps, args.compile_backend)
+            report[f"compiled_{name}"] = bench_compiled(name, rounds, compiled_steps, args.compile_backend, args.device)
             for config in ("watched", "watched every=1"):
                 compiled = report[f"compiled_{name}"][config]
                 print(
