@@ -12,6 +12,7 @@ names them (`SYNCING`). The first host read is the flush, where the copy out of 
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -54,16 +55,44 @@ class Calls(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def to_meta(value: Any) -> Any:
-    return value.to("meta") if isinstance(value, torch.Tensor) else value
-
-
 MONITORS = {
     "watch defaults": lambda: Watch(),
     "watch every=1": lambda: Watch(every=1),
     "watch every=4": lambda: Watch(every=4),
     "ActivationStats every batch, with histograms": lambda: ActivationStats(with_hist=True, budget=None),
 }
+
+STEPS = 20
+"""The budget's warm-up (16 steps) and a few after it: no flush to the host."""
+
+
+@dataclass
+class Training:
+    """Model `name` of the zoo on `device` under a monitor of `MONITORS`, with AdamW and one batch."""
+
+    name: str
+    monitor: str
+    device: str
+    capturable: bool = False  # AdamW's step count on the device
+
+    def __post_init__(self) -> None:
+        self.spec = MODELS[self.name]
+        self.model = build(self.spec).to(self.device)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-3, capturable=self.capturable)
+        batch = self.spec.batch(torch.Generator().manual_seed(0))
+        self.args, self.kwargs, self.target = pytree.tree_map_only(torch.Tensor, lambda t: t.to(self.device), batch)
+        self.monitored = MONITORS[self.monitor]()
+        self.driver = self.monitored.attach(self.model, self.optimizer)
+
+    def steps(self, count: int = STEPS) -> None:
+        """Train `count` steps, each loss logged to a `Watch`."""
+        for _ in range(count):
+            loss = self.spec.loss(self.model(*self.args, **self.kwargs), self.target)
+            if isinstance(self.monitored, Watch):
+                self.monitored.log_loss(loss)
+            loss.backward()
+            self.optimizer.step()
+            self.optimizer.zero_grad()
 
 
 @pytest.mark.parametrize("monitor", list(MONITORS))
@@ -73,62 +102,33 @@ def test_steps_between_flushes_read_nothing_on_the_host(
 ) -> None:
     for module in ("hookscope.watch._watch", "hookscope.callbacks._activation_stats"):  # they refuse meta models
         monkeypatch.setattr(importlib.import_module(module), "check_real_device", lambda *args, **kwargs: None)
-    spec = MODELS[name]
-    model = build(spec).to("meta")
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    args, kwargs, target = spec.batch(torch.Generator().manual_seed(0))
-    args, kwargs, target = tuple(map(to_meta, args)), {k: to_meta(v) for k, v in kwargs.items()}, to_meta(target)
-    monitored = MONITORS[monitor]()
-    driver = monitored.attach(model, optimizer)
-    calls = Calls()
+    training, calls = Training(name, monitor, "meta"), Calls()
     with calls:
-        for _ in range(20):  # the budget's warm-up (16 steps) and a few after it, no flush to the host
-            loss = spec.loss(model(*args, **kwargs), target)
-            if isinstance(monitored, Watch):
-                monitored.log_loss(loss)
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad()
+        training.steps()
     assert calls.syncing == []
-    if isinstance(monitored, Watch):
+    if isinstance(training.monitored, Watch):
         with pytest.raises(NotImplementedError, match="meta"):  # its flush at the end is the first host read
-            driver.detach()
+            training.driver.detach()
     else:
-        driver.detach()
+        training.driver.detach()
         with pytest.raises(NotImplementedError, match="meta"):  # reading the statistics is the first host read
-            _ = monitored.stats
-    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+            _ = training.monitored.stats
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in training.model.modules())
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("monitor", list(MONITORS))
 @pytest.mark.parametrize("name", list(MODELS))
 def test_steps_between_flushes_never_sync_on_cuda(name: str, monitor: str) -> None:
-    spec = MODELS[name]
-    model = build(spec).cuda()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, capturable=True)  # its step count on the device
-    args, kwargs, target = spec.batch(torch.Generator().manual_seed(0))
-    args, kwargs, target = tuple(map(to_cuda, args)), {k: to_cuda(v) for k, v in kwargs.items()}, to_cuda(target)
-    monitored = MONITORS[monitor]()
-    driver = monitored.attach(model, optimizer)
+    training = Training(name, monitor, "cuda", capturable=True)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        for _ in range(20):
-            loss = spec.loss(model(*args, **kwargs), target)
-            if isinstance(monitored, Watch):
-                monitored.log_loss(loss)
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad()
+        training.steps()
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    driver.detach()
-    if isinstance(monitored, Watch):
-        assert monitored.results().meta["measured"]["steps"] == 20
+    training.driver.detach()
+    if isinstance(training.monitored, Watch):
+        assert training.monitored.results().meta["measured"]["steps"] == STEPS
     else:
-        assert len(monitored.stats) == 20
-
-
-def to_cuda(value: Any) -> Any:
-    return value.cuda() if isinstance(value, torch.Tensor) else value
+        assert len(training.monitored.stats) == STEPS
