@@ -9,9 +9,10 @@
 # where a GPU and torch are installed (the project need not be: PYTHONPATH takes src and bench):
 #     bash tools/cuda_check.sh [output folder, default ./cuda-check]
 out=${1:-cuda-check}
+device=${DEVICE:-cuda}  # DEVICE=cpu: a dry run of the script itself (the CUDA tests skip)
 mkdir -p "$out"
 export PYTHONPATH=$PWD/src:$PWD/bench PYTHONUNBUFFERED=1
-python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name())"
+python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else \"no GPU\")"
 
 echo "== CUDA tests"
 timeout 150 python3 -m pytest -q -p no:cacheprovider -ra tests/watch/test_watch_cuda.py \
@@ -23,14 +24,14 @@ timeout 150 python3 -m pytest -q -p no:cacheprovider -ra tests/watch/test_watch_
 configs="ActivationStats defaults (budget 3 %),watch() defaults (budget 3 %),watch(every=1)"
 for model in tiny mlp cnn transformer mobile gpt; do
   echo "== overhead $model"
-  timeout 80 python3 bench/overhead.py --device cuda --models "$model" --rounds 5 --steps 100 --memory-steps 0 \
+  timeout 80 python3 bench/overhead.py --device "$device" --models "$model" --rounds 5 --steps 100 --memory-steps 0 \
     --no-compile --configs "$configs" --out "$out/overhead_$model.json" 2>&1 | grep "^|\|machine"
 done
 
 echo "== budget: real and charged, launch-bound and device-bound steps"
-timeout 60 python3 bench/budget.py --models tiny,mlp --device cuda --rounds 4 --block 400
-timeout 60 python3 bench/budget.py --models mobile,mlp --device cuda --rounds 3 --block 60 --batch 32
+timeout 60 python3 bench/budget.py --models tiny,mlp --device "$device" --rounds 4 --block 400
+timeout 60 python3 bench/budget.py --models mobile,mlp --device "$device" --rounds 3 --block 60 --batch 32
 
 echo "== compiled MLP"
-timeout 150 python3 bench/overhead.py --device cuda --models tiny --rounds 5 --steps 100 --memory-steps 0 \
+timeout 150 python3 bench/overhead.py --device "$device" --models tiny --rounds 5 --steps 100 --memory-steps 0 \
   --configs "watch(every=1)" --compiled mlp --out "$out/overhead_compiled.json" 2>&1 | grep -i "compile\|error"
