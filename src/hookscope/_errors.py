@@ -46,7 +46,8 @@ class TorchInternalsWarning(HookscopeWarning):
 
 
 class UnobservedModuleWarning(HookscopeWarning):
-    """A selected module never fired during a step (its hooks cannot see what it does)."""
+    """A selected module never fired during a step (its hooks cannot see what it does): said once, after the third
+    recorded step (`hookscope.watch._stepper.UNOBSERVED_AFTER`) or at the end of a shorter run."""
 
 
 def closest_names(name: str, candidates: Iterable[str], n: int = 5) -> list[str]:

@@ -17,6 +17,7 @@ import torch.nn as nn
 from hookscope.hooks._registry import REGISTRY
 from hookscope.results import WatchResults
 from hookscope.watch import CSVSink, JSONLSink, TensorBoardSink, UnobservedModuleWarning, Watch, watch
+from hookscope.watch._stepper import UNOBSERVED_AFTER
 
 
 def mlp() -> nn.Sequential:
@@ -148,6 +149,44 @@ def test_a_module_called_through_forward_is_unobserved() -> None:
     with pytest.warns(UnobservedModuleWarning, match="calls m.forward"), watch(model) as w:
         model(torch.randn(1, 2))
     assert list(w.results().unobserved) == ["inner"]
+
+
+class LaterBranch(nn.Module):
+    """`late` runs from forward number `start` on (0: never)."""
+
+    def __init__(self, start: int) -> None:
+        super().__init__()
+        self.first, self.late, self.start, self.calls = nn.Linear(2, 2), nn.Linear(2, 2), start, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        x = self.first(x)
+        return self.late(x) if self.start and self.calls >= self.start else x
+
+
+@pytest.mark.parametrize("start", [2, UNOBSERVED_AFTER])
+def test_a_module_that_first_runs_in_a_later_step_is_not_called_unobserved(start: int) -> None:
+    model = LaterBranch(start)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with watch(model) as w:
+            for _ in range(5):
+                model(torch.randn(3, 2)).sum().backward()
+    assert w.results().unobserved == {}
+    assert w.results().activations["late"]["count"].tolist() == [0.0] * (start - 1) + [6.0] * (6 - start)
+
+
+def test_a_module_that_never_runs_is_warned_about_once_enough_steps_were_recorded() -> None:
+    model = LaterBranch(0)
+    with watch(model) as w:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(UNOBSERVED_AFTER):  # the third step is closed when the fourth begins
+                model(torch.randn(3, 2)).sum().backward()
+        assert not [c for c in caught if issubclass(c.category, UnobservedModuleWarning)]
+        with pytest.warns(UnobservedModuleWarning, match="'late'"):
+            model(torch.randn(3, 2)).sum().backward()
+    assert list(w.results().unobserved) == ["late"]
 
 
 def test_results_save_and_load_round_trip(tmp_path: Path) -> None:

@@ -48,6 +48,11 @@ class StepSkipper(Protocol):
 
 _COUNTERS = ("batches", "optimizer_steps", "step", "recorded")
 
+UNOBSERVED_AFTER = 3
+"""Recorded steps after which a selected module that never ran is warned about (the end of a shorter run warns
+too): a module skipped by the first step alone (a branch taken later, a forward of another thread that closed the
+step before this one reached it) is no finding."""
+
 LOSS_STEPS_PER_STEP = 64
 """Steps whose logged loss is kept on the host per measured step kept (`capacity`): the loss of every step is
 three numbers, a measured step thousands."""
@@ -501,7 +506,7 @@ class Stepper:
         recorder = self.recorder
         if self._warned_unobserved or recorder is None or self.state.recorded == 0:
             return
-        if not final and not any(recorder.observed):  # a step closed before its forwards ran (threads)
+        if not final and (self.state.recorded < UNOBSERVED_AFTER or not any(recorder.observed)):
             return
         self._warned_unobserved = True
         unobserved = collect_extras(recorder, model=self.model(), unobserved_only=True).unobserved
