@@ -12,6 +12,8 @@ names them (`SYNCING`). The first host read is the flush, where the copy out of 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,13 +84,17 @@ class Training:
         batch = self.spec.batch(torch.Generator().manual_seed(0))
         self.args, self.kwargs, self.target = pytree.tree_map_only(torch.Tensor, lambda t: t.to(self.device), batch)
         self.monitored = MONITORS[self.monitor]()
+        self.driver: Any = None
+
+    def attach(self) -> Training:
         self.driver = self.monitored.attach(self.model, self.optimizer)
+        return self
 
     def steps(self, count: int = STEPS) -> None:
-        """Train `count` steps, each loss logged to a `Watch`."""
+        """Train `count` steps, each loss logged to a `Watch` once it is attached."""
         for _ in range(count):
             loss = self.spec.loss(self.model(*self.args, **self.kwargs), self.target)
-            if isinstance(self.monitored, Watch):
+            if isinstance(self.monitored, Watch) and self.driver is not None:
                 self.monitored.log_loss(loss)
             loss.backward()
             self.optimizer.step()
@@ -102,7 +108,7 @@ def test_steps_between_flushes_read_nothing_on_the_host(
 ) -> None:
     for module in ("hookscope.watch._watch", "hookscope.callbacks._activation_stats"):  # they refuse meta models
         monkeypatch.setattr(importlib.import_module(module), "check_real_device", lambda *args, **kwargs: None)
-    training, calls = Training(name, monitor, "meta"), Calls()
+    training, calls = Training(name, monitor, "meta").attach(), Calls()
     with calls:
         training.steps()
     assert calls.syncing == []
@@ -121,14 +127,28 @@ def test_steps_between_flushes_read_nothing_on_the_host(
 @pytest.mark.parametrize("name", list(MODELS))
 def test_steps_between_flushes_never_sync_on_cuda(name: str, monitor: str) -> None:
     training = Training(name, monitor, "cuda", capturable=True)
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
     try:
+        with syncs_raise():
+            training.steps(2)
+    except RuntimeError as error:  # the model's own code: hookscope's test cannot tell on it
+        if "synchronizing" not in str(error):
+            raise
+        pytest.skip(f"{name} synchronizes by itself on CUDA: {error}")
+    training.attach()
+    with syncs_raise():
         training.steps()
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
     training.driver.detach()
     if isinstance(training.monitored, Watch):
         assert training.monitored.results().meta["measured"]["steps"] == STEPS
     else:
         assert len(training.monitored.stats) == STEPS
+
+
+@contextmanager
+def syncs_raise() -> Iterator[None]:
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
