@@ -12,8 +12,6 @@ names them (`SYNCING`). The first host read is the flush, where the copy out of 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +22,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from hookscope.callbacks import ActivationStats
 from hookscope.watch import Watch
+from sync_debug import syncs_raise
 
 from .zoo import MODELS, build
 
@@ -142,13 +141,3 @@ def test_steps_between_flushes_never_sync_on_cuda(name: str, monitor: str) -> No
         assert training.monitored.results().meta["measured"]["steps"] == STEPS
     else:
         assert len(training.monitored.stats) == STEPS
-
-
-@contextmanager
-def syncs_raise() -> Iterator[None]:
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        yield
-    finally:
-        torch.cuda.set_sync_debug_mode("default")

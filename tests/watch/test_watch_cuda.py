@@ -16,19 +16,9 @@ from test_watch_perf_paths import Capture, check_activations, large_model, train
 from hookscope.callbacks import ActivationStats, LoopDriver
 from hookscope.watch import Watch, watch
 from stats_oracle import expected, values_of
+from sync_debug import syncs_raise
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-
-
-@contextmanager
-def no_sync() -> Iterator[None]:
-    """Any host-device synchronization inside the block raises (`torch.cuda.set_sync_debug_mode("error")`)."""
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        yield
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
 
 
 def test_statistics_on_cuda_match_the_oracle() -> None:
@@ -150,7 +140,7 @@ def test_watch_syncs_the_device_only_at_a_flush(config: str) -> None:
     with watch(model, opt, **WATCHES[config]) as w, kept_outputs(model[2]) as outputs:
         with autocast:
             _train(model, opt, x, 3, log=w.log_loss)  # layouts and buffers are built in the first steps
-        with no_sync(), autocast:
+        with syncs_raise(), autocast:
             _train(model, opt, x, 13, log=w.log_loss)
     results = w.results()
     assert results.meta["measured"]["steps"] == 16
@@ -172,7 +162,7 @@ def test_activation_stats_syncs_the_device_only_when_read(budget: float | None) 
     stats = ActivationStats(budget=budget, with_hist=True, exact=True)  # the Linears: 0, 2 (large) and 4 (small)
     with stats.attach(model, opt), kept_outputs(model[2]) as outputs:
         _train(model, opt, x, 3)
-        with no_sync():
+        with syncs_raise():
             _train(model, opt, x, 13)
     assert stats.batches == list(range(16))  # the first 16 batches are observed under a budget too
     for k in (0, 15):
