@@ -6,22 +6,33 @@ The models train on the meta device: its tensors have shapes and no values, so e
 values that the host must read (`.item()`, indexing with a 0-d tensor, `nonzero`, a bincount sized by its data)
 raises, and every branch that hookscope takes off the CPU is taken. Ops that read values on the host only on
 CUDA, to check them (`segment_reduce` with lengths, bincount), have meta kernels that do not: a dispatch mode
-names them (`SYNCING`). The first host read is the flush, where the copy out of a meta tensor fails.
+names them (`SYNCING`). So are the copies from the host that hookscope makes on the way (on CUDA a copy from
+pageable memory waits for the device), other than the pinned, asynchronous ones of `hookscope._transfer`: tensors
+made from numbers or lists on the device (`torch.tensor(..., device=...)`, which no dispatch mode sees) and
+`.to(device)` of a CPU tensor. The first host read is the flush, where the copy out of a meta tensor fails.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any
 
 import pytest
 import torch
+import torch.nn as nn
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from hookscope.callbacks import ActivationStats
+from hookscope.monitors import MonitorPool, OutputGradMonitor, OutputMonitor
+from hookscope.reducers import HistogramReducer, StatsReducer
 from hookscope.watch import Watch
+from hookscope.weights import UpdateRatioMonitor, add_weight_distribution_monitor, add_weight_update_monitor_hook
 from sync_debug import syncs_raise
 
 from .zoo import MODELS, build
@@ -41,9 +52,23 @@ SYNCING = {
 """Ops that read their input's values on the host on CUDA (a sync), whatever their meta kernel does."""
 
 
+ASYNCHRONOUS = "hookscope._transfer.to_device"
+"""hookscope's one copy from the host: pinned and asynchronous on CUDA."""
+
+
+def hookscope_caller(frame: FrameType | None) -> str | None:
+    """`module.function` of the innermost hookscope frame from `frame` outwards, or `None`."""
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if module.startswith("hookscope."):
+            return f"{module}.{frame.f_code.co_name}"
+        frame = frame.f_back
+    return None
+
+
 class Calls(TorchDispatchMode):
-    """The `SYNCING` ops called on a tensor off the CPU while it is on (on the CPU they read memory the host has:
-    AdamW's step count, say)."""
+    """What would sync on CUDA while it is on: the `SYNCING` ops called on a tensor off the CPU (on the CPU they read
+    memory the host has: AdamW's step count, say), and hookscope's copies from the host (`host_copies`)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -53,13 +78,37 @@ class Calls(TorchDispatchMode):
         tensors = [a for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
         if func in SYNCING and any(t.device.type != "cpu" for t in tensors):
             self.syncing.append(str(func))
+        target = (kwargs or {}).get("device")
+        if func is aten._to_copy.default and args[0].device.type == "cpu" and target is not None:
+            caller = hookscope_caller(sys._getframe(1))
+            if torch.device(target).type != "cpu" and caller not in (None, ASYNCHRONOUS):
+                self.syncing.append(f"a copy from the host in {caller}")
         return func(*args, **(kwargs or {}))
+
+    @contextmanager
+    def host_copies(self, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+        """Also name hookscope's calls of `torch.tensor` and `torch.as_tensor` with a device off the CPU."""
+        for name in ("tensor", "as_tensor"):
+            made = getattr(torch, name)
+
+            def making(*args: Any, made: Any = made, name: str = name, **kwargs: Any) -> Any:
+                device = kwargs.get("device")
+                caller = hookscope_caller(sys._getframe(1))
+                if device is not None and torch.device(device).type != "cpu" and caller:
+                    self.syncing.append(f"torch.{name}(..., device={device}) in {caller}")
+                return made(*args, **kwargs)
+
+            monkeypatch.setattr(torch, name, making)
+        with self:
+            yield
+        monkeypatch.undo()
 
 
 MONITORS = {
     "watch defaults": lambda: Watch(),
     "watch every=1": lambda: Watch(every=1),
     "watch every=4": lambda: Watch(every=4),
+    "watch every=1, exact": lambda: Watch(every=1, exact=True),
     "ActivationStats every batch, with histograms": lambda: ActivationStats(with_hist=True, budget=None),
 }
 
@@ -69,10 +118,10 @@ STEPS = 20
 
 @dataclass
 class Training:
-    """Model `name` of the zoo on `device` under a monitor of `MONITORS`, with AdamW and one batch."""
+    """Model `name` of the zoo on `device` under a monitor of `MONITORS` (`None`: none), with AdamW and one batch."""
 
     name: str
-    monitor: str
+    monitor: str | None
     device: str
     capturable: bool = False  # AdamW's step count on the device
 
@@ -82,10 +131,11 @@ class Training:
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-3, capturable=self.capturable)
         batch = self.spec.batch(torch.Generator().manual_seed(0))
         self.args, self.kwargs, self.target = pytree.tree_map_only(torch.Tensor, lambda t: t.to(self.device), batch)
-        self.monitored = MONITORS[self.monitor]()
+        self.monitored = None if self.monitor is None else MONITORS[self.monitor]()
         self.driver: Any = None
 
     def attach(self) -> Training:
+        assert self.monitored is not None
         self.driver = self.monitored.attach(self.model, self.optimizer)
         return self
 
@@ -108,7 +158,7 @@ def test_steps_between_flushes_read_nothing_on_the_host(
     for module in ("hookscope.watch._watch", "hookscope.callbacks._activation_stats"):  # they refuse meta models
         monkeypatch.setattr(importlib.import_module(module), "check_real_device", lambda *args, **kwargs: None)
     training, calls = Training(name, monitor, "meta").attach(), Calls()
-    with calls:
+    with calls.host_copies(monkeypatch):
         training.steps()
     assert calls.syncing == []
     if isinstance(training.monitored, Watch):
@@ -118,6 +168,34 @@ def test_steps_between_flushes_read_nothing_on_the_host(
         training.driver.detach()
         with pytest.raises(NotImplementedError, match="meta"):  # reading the statistics is the first host read
             _ = training.monitored.stats
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in training.model.modules())
+
+
+ATTACHMENTS: dict[str, Callable[[nn.Module, torch.optim.Optimizer], Any]] = {
+    "UpdateRatioMonitor": lambda model, optimizer: UpdateRatioMonitor().attach(model, optimizer),
+    "weight update monitor": lambda model, optimizer: add_weight_update_monitor_hook(optimizer, log_interval=2),
+    "weight distribution monitor": lambda model, optimizer: add_weight_distribution_monitor(model),
+    "OutputMonitor, HistogramReducer": lambda model, optimizer: MonitorPool(
+        OutputMonitor.partialconstructor(HistogramReducer(20)), model
+    ),
+    "OutputMonitor, fixed-range HistogramReducer": lambda model, optimizer: MonitorPool(
+        OutputMonitor.partialconstructor(HistogramReducer(20, (-1.0, 1.0))), model
+    ),
+    "OutputGradMonitor, StatsReducer": lambda model, optimizer: MonitorPool(
+        OutputGradMonitor.partialconstructor(StatsReducer()), model
+    ),
+}
+"""The other per-step monitors, on a model whose weights are large enough to be sampled (torchvision's ResNet)."""
+
+
+@pytest.mark.parametrize("attachment", list(ATTACHMENTS))
+def test_weight_and_reducer_monitors_read_nothing_on_the_host(attachment: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    training, calls = Training("tv_resnet", None, "meta"), Calls()
+    attached = ATTACHMENTS[attachment](training.model, training.optimizer)
+    with calls.host_copies(monkeypatch):
+        training.steps(12)
+    assert calls.syncing == []
+    attached.remove()
     assert not any(m._forward_hooks or m._forward_pre_hooks for m in training.model.modules())
 
 

@@ -18,6 +18,7 @@ import torch
 from .._check import hint_for
 from .._loading import class_loader
 from .._schema import Const, Field, Int, Record, SchemaError, check, found
+from .._transfer import to_device
 from ..checkpoint import from_file
 from ..stats._spec import accumulate_dtype, wide_dtype
 from ._state import load_state, save_state
@@ -245,8 +246,11 @@ hint_for(Reducer, "a reducer such as StatsReducer(), HistogramReducer(bins=40) o
 
 
 def move(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """Return `tensor` on `device`, float64 narrowed to float32 where `device` has no float64."""
+    """Return `tensor` on `device`, float64 narrowed to float32 where `device` has no float64 (from the host: without
+    a sync, as the first push moves a fresh state)."""
     dtype = torch.float32 if tensor.dtype == torch.float64 and device.type == "mps" else tensor.dtype
+    if tensor.device.type == "cpu" and device.type != "cpu":
+        return to_device(tensor.to(dtype), device)
     return tensor.to(device=device, dtype=dtype)
 
 

@@ -14,6 +14,7 @@ import math
 import numpy as np
 import torch
 
+from .._transfer import to_device
 from ._record import RECORD, Column
 from ._spec import Spec
 
@@ -44,9 +45,9 @@ class Segments:
             totals[group] += size
         self.groups = count
         self.values = sum(sizes)
-        self.sizes = _to(torch.tensor(totals, dtype=torch.float64), device)
+        self.sizes = to_device(torch.tensor(totals, dtype=torch.float64), device)
         segment = np.repeat(np.asarray(groups, dtype=np.int64), np.asarray(sizes, dtype=np.int64))
-        self.segment = _to(torch.from_numpy(segment), device)  # (torch.repeat_interleave is slow on the CPU)
+        self.segment = to_device(torch.from_numpy(segment), device)  # (torch.repeat_interleave is slow on the CPU)
         # Each part its own group (the tables' layouts): on the CPU contiguous segments, summed by `segment_reduce`
         # (several times faster than `index_add_` there), and when none is empty by numpy's `reduceat` at their
         # starts, which also takes their min and max (3.6 and 4 times faster than `segment_reduce` and
@@ -61,8 +62,8 @@ class Segments:
             middle = [math.nan if b is None else (b[0] + b[1]) / 2 for b in bounds]
             half = [math.nan if b is None else 0.49 * (b[1] - b[0]) for b in bounds]
             self.saturation = (
-                _to(torch.tensor(middle, dtype=torch.float64), device),
-                _to(torch.tensor(half, dtype=torch.float64), device),
+                to_device(torch.tensor(middle, dtype=torch.float64), device),
+                to_device(torch.tensor(half, dtype=torch.float64), device),
             )
 
 
@@ -129,10 +130,3 @@ def norm_segments(values: torch.Tensor, segments: Segments) -> torch.Tensor:
     squares = _sums(torch.nan_to_num(values, 0.0, 0.0, 0.0).square_(), segments)
     sizes = segments.sizes
     return torch.stack((squares.sqrt_(), sizes - finite, sizes, torch.zeros_like(sizes)), dim=1)
-
-
-def _to(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """Move a small tensor built on the host to `device` (pinned and asynchronous on CUDA: no sync)."""
-    if device.type == "cuda":
-        return tensor.pin_memory().to(device, non_blocking=True)
-    return tensor.to(device)

@@ -242,7 +242,7 @@ def describe_large(x: torch.Tensor, spec: Spec, sampler: Sampler | None) -> Desc
         saturation = (torch.full((1,), middle, device=x.device), torch.full((1,), half, device=x.device))
     sampled = describe_rows(rows, spec, saturation)
     raw = torch.stack(sample.raw).float()[None]
-    record = estimate(raw, torch.tensor([float(sample.numel)], device=x.device), sampled)[0]
+    record = estimate(raw, x.new_full((1,), float(sample.numel), dtype=torch.float64), sampled)[0]  # no host copy
     finite = torch.isfinite(values).double()
     weight = record[Column.COUNT] / sampled[0, Column.COUNT].clamp(min=1)
     return Described(record, values, finite, weight, sample.index[: sample.count])

@@ -17,10 +17,13 @@ in no column (the moments record counts them). Everything stays on the device.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 
 import torch
+
+from .._transfer import to_device
 
 __all__ = [
     "EXPONENT_MAX",
@@ -116,13 +119,19 @@ def _codes(
         code = ((values * scale + 1.0) * (bins / 2)).floor_().clamp_(0, bins - 1)
     else:  # fixed range: the bin whose edges (`fixed_edges`) hold the value, as numpy.histogram finds it
         low, high = bounds
-        edges = fixed_edges(bounds, bins).to(values.device)
+        edges = _edges_on((float(low), float(high)), bins, values.device)
         code = ((values - low) / _step(bounds, bins)).floor_().nan_to_num_(bins - 1.0).clamp_(0, bins - 1)
         index = code.long()
         code = code - (values < torch.take(edges, index)).double()
         code = code + ((values >= torch.take(edges, index + 1)) & (index < bins - 1)).double()
         code = torch.where(values < low, float(bins), torch.where(values > high, float(bins + 1), code))
     return torch.where(finite > 0, code, float(bins + 2)).long()
+
+
+@functools.lru_cache(maxsize=64)
+def _edges_on(bounds: tuple[float, float], bins: int, device: torch.device) -> torch.Tensor:
+    """`fixed_edges` on `device`, copied once (never written)."""
+    return to_device(fixed_edges(bounds, bins), device)
 
 
 def _step(bounds: tuple[float, float], bins: int) -> float:
@@ -160,7 +169,10 @@ def counts(
     over the automatic range of `exponent` (a 0-d int64 tensor), or over `bounds` when `exponent` is `None`;
     each value counts `weight`."""
     code = _codes(values, finite, bins, exponent, bounds)
-    weights = torch.as_tensor(weight, dtype=torch.float64, device=values.device).expand(values.shape)
+    if isinstance(weight, torch.Tensor):
+        weights = weight.to(torch.float64).expand(values.shape)
+    else:  # filled on the device: a tensor made from a number would be copied from the host (a sync on CUDA)
+        weights = values.new_full((), weight, dtype=torch.float64).expand(values.shape)
     return tally(code, bins + 3, weights)[: bins + 2]
 
 

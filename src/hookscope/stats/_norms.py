@@ -55,7 +55,8 @@ def norm_of(x: torch.Tensor, sampler: Sampler | None = None) -> torch.Tensor:
         return _exact_norm(x.reshape(-1))
     sample = take_sample(x, sampler, with_sum=False)
     sampled = _exact_norm(sample.values[: sample.count])[None]
-    return estimate_norms(torch.stack(sample.raw).float()[None], torch.tensor([float(n)], device=x.device), sampled)[0]
+    numel = x.new_full((1,), float(n), dtype=torch.float64)  # filled on the device: no copy from the host
+    return estimate_norms(torch.stack(sample.raw).float()[None], numel, sampled)[0]
 
 
 def estimate_norms(raw: torch.Tensor, numel: torch.Tensor, sampled: torch.Tensor) -> torch.Tensor:

@@ -21,6 +21,8 @@ import random
 
 import torch
 
+from .._transfer import to_device
+
 __all__ = ["SAMPLE_SIZE", "Sampler", "period_for"]
 
 SAMPLE_SIZE = 8192
@@ -62,7 +64,7 @@ class Sampler:
             comb = (torch.arange(n // period).mul_(period)[:, None] + torch.tensor(offsets)[None, :]).reshape(-1)
             count = comb.numel()
             padded = torch.cat([comb, torch.zeros(self.size - count, dtype=torch.int64)])
-            found = self._combs[key] = (padded.to(device), count, n - period * (n // period))
+            found = self._combs[key] = (to_device(padded, device), count, n - period * (n // period))
         return found
 
     def draw(self, slack: int) -> int:

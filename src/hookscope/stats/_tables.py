@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._transfer import to_device
 from ._batched import Segments, describe_segments, norm_segments
 from ._describe import Sample, describe, estimate, sum_of_squares, take_sample
 from ._histogram import EXPONENT_NONE, counts, exponent_of, rebin, row_counts, segment_counts
@@ -41,7 +42,7 @@ from ._sample import Sampler
 from ._spec import Spec
 from ._units import UnitCounts, active, unit_counts
 
-__all__ = ["SMALL_BELOW", "Members", "NormTable", "Part", "PendingTable", "RecordTable", "small_copy", "to_device"]
+__all__ = ["SMALL_BELOW", "Members", "NormTable", "Part", "PendingTable", "RecordTable", "small_copy"]
 
 SMALL_BELOW = 1 << 14
 """Tensors with fewer values are copied and described in batches; larger ones are read when they are added (at
@@ -233,13 +234,6 @@ def small_copy(x: torch.Tensor, owned: bool = False) -> torch.Tensor:
         return x
     source = x.detach() if x.requires_grad else x
     return source.clone() if source.dtype == torch.float32 else source.to(torch.float32)  # clone: the fastest
-
-
-def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """Move a small index tensor built on the host to `device` (pinned and asynchronous on CUDA: no sync)."""
-    if device.type == "cuda":
-        return tensor.pin_memory().to(device, non_blocking=True)
-    return tensor.to(device)
 
 
 UnitPlan = tuple[int, int, int, int]  # (start in the unit counts, values between two units, units, unit dim)
@@ -460,7 +454,7 @@ class RecordTable(PendingTable):
         if row is None or row.device != device:
             row = empty((self.keys,), saturating=True)
             row[:, Column.SATURATED] = torch.tensor([0.0 if b else math.nan for b in self.saturation]).double()
-            row = self._empty = row.to(device)
+            row = self._empty = to_device(row, device)
         return row
 
     def _grow(self, rows: int, device: torch.device) -> None:
@@ -573,7 +567,7 @@ class _SampledLayout:
         largest = max(*(sample.numel for _, _, sample, _ in block), *(inner for inner, _, _ in units))
         dtype = torch.int32 if largest + max(start + count for _, count, start in units) < 2**31 else torch.int64
         combs = torch.stack([sample.comb for _, _, sample, _ in block])
-        plan = torch.tensor(units, dtype=torch.int64, device=combs.device).T.unsqueeze(-1)  # (3, G, 1)
+        plan = to_device(torch.tensor(units, dtype=torch.int64).T.unsqueeze(-1), combs.device)  # (3, G, 1)
         inner, count, start = plan.unbind(0)
         below = torch.div(combs, inner, rounding_mode="floor").remainder_(count).add_(start)
         rest = combs.remainder(inner)

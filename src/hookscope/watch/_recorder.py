@@ -38,6 +38,7 @@ import torch
 import torch.nn as nn
 
 from .._torch import is_view
+from .._transfer import to_device
 from ..callbacks._budget import Budget
 from ..callbacks._steps import ForwardFrames, Frame, uncounted
 from ..hooks import HookHandle, register_module_hook
@@ -164,7 +165,7 @@ class Recorder:
         if tensor is None:
             if len(self._positions) >= 256:
                 self._positions.clear()
-            tensor = self._positions[key] = torch.tensor(columns, dtype=torch.int64).to(device)
+            tensor = self._positions[key] = to_device(torch.tensor(columns, dtype=torch.int64), device)
         return tensor
 
     def register(self, model: nn.Module | None = None) -> None:
