@@ -86,22 +86,23 @@ class Calls(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
     @contextmanager
-    def host_copies(self, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-        """Also name hookscope's calls of `torch.tensor` and `torch.as_tensor` with a device off the CPU."""
-        for name in ("tensor", "as_tensor"):
-            made = getattr(torch, name)
+    def host_copies(self) -> Iterator[None]:
+        """On, and also naming hookscope's calls of `torch.tensor` and `torch.as_tensor` with a device off the CPU
+        (wrapped for the block alone)."""
+        with pytest.MonkeyPatch.context() as patch:
+            for name in ("tensor", "as_tensor"):
+                made = getattr(torch, name)
 
-            def making(*args: Any, made: Any = made, name: str = name, **kwargs: Any) -> Any:
-                device = kwargs.get("device")
-                caller = hookscope_caller(sys._getframe(1))
-                if device is not None and torch.device(device).type != "cpu" and caller:
-                    self.syncing.append(f"torch.{name}(..., device={device}) in {caller}")
-                return made(*args, **kwargs)
+                def making(*args: Any, made: Any = made, name: str = name, **kwargs: Any) -> Any:
+                    device = kwargs.get("device")
+                    caller = hookscope_caller(sys._getframe(1))
+                    if device is not None and torch.device(device).type != "cpu" and caller:
+                        self.syncing.append(f"torch.{name}(..., device={device}) in {caller}")
+                    return made(*args, **kwargs)
 
-            monkeypatch.setattr(torch, name, making)
-        with self:
-            yield
-        monkeypatch.undo()
+                patch.setattr(torch, name, making)
+            with self:
+                yield
 
 
 MONITORS = {
@@ -158,7 +159,7 @@ def test_steps_between_flushes_read_nothing_on_the_host(
     for module in ("hookscope.watch._watch", "hookscope.callbacks._activation_stats"):  # they refuse meta models
         monkeypatch.setattr(importlib.import_module(module), "check_real_device", lambda *args, **kwargs: None)
     training, calls = Training(name, monitor, "meta").attach(), Calls()
-    with calls.host_copies(monkeypatch):
+    with calls.host_copies():
         training.steps()
     assert calls.syncing == []
     if isinstance(training.monitored, Watch):
@@ -189,10 +190,10 @@ ATTACHMENTS: dict[str, Callable[[nn.Module, torch.optim.Optimizer], Any]] = {
 
 
 @pytest.mark.parametrize("attachment", list(ATTACHMENTS))
-def test_weight_and_reducer_monitors_read_nothing_on_the_host(attachment: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_weight_and_reducer_monitors_read_nothing_on_the_host(attachment: str) -> None:
     training, calls = Training("tv_resnet", None, "meta"), Calls()
     attached = ATTACHMENTS[attachment](training.model, training.optimizer)
-    with calls.host_copies(monkeypatch):
+    with calls.host_copies():
         training.steps(12)
     assert calls.syncing == []
     attached.remove()

@@ -261,13 +261,13 @@ class ActivationStats(HookCallback):
         first, count = self._stretch
         left = self._stretch_left
         later = later_part(count)
-        driver = None if self._driver is None else self._driver()
         if not left:
             if count:  # the stretch ended with the batch before this one
                 marks = self._marks
                 timer.stretch_ended(first, count, (marks[1] - marks[0], later) if len(marks) == 2 else None)
                 self._stretch = (0, 0)
             return False
+        driver = None if self._driver is None else self._driver()
         if left == count:  # its first batch: the batch before it ends now, and the root hooks come off
             timer.end()
             self._marks = []
