@@ -342,3 +342,34 @@ def test_accumulation_dtypes() -> None:
     assert accumulate_dtype(torch.int64, mps) == torch.float32
     with pytest.raises(TypeError, match=r"must be real, got dtype torch.complex64; push x.abs\(\)"):
         accumulate_dtype(torch.complex64, cpu)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "owner"),
+    [([5, 1, 300, 17], [0, 1, 2, 3]), ([5, 0, 3], [0, 1, 2]), ([4, 2, 6], [0, 1, 0])],  # repeat, gather, gather
+)
+def test_spreading_a_value_per_group_over_its_values_equals_gathering_by_segment(
+    sizes: list[int], owner: list[int]
+) -> None:
+    """`Segments.spread` (numpy's repeat over contiguous segments, else a gather) gives each value its group's."""
+    segments = Segments(sizes, owner, torch.device("cpu"))
+    per_group = torch.tensor([0.5, -2.0, math.inf, 7.0][: segments.groups], dtype=torch.float64)
+    wanted = torch.tensor([float(per_group[g]) for g, size in zip(owner, sizes, strict=True) for _ in range(size)])
+    assert torch.equal(segments.spread(per_group), wanted.double())
+
+
+def test_segment_histograms_spread_by_segments_equal_those_gathered() -> None:
+    generator = torch.Generator().manual_seed(1)
+    sizes = [30, 1, 200]
+    segments = Segments(sizes, [0, 1, 2], torch.device("cpu"))
+    values = torch.cat([torch.randn(size, generator=generator).double() * 10.0**k for k, size in enumerate(sizes)])
+    values[[3, 50]] = torch.tensor([math.nan, -math.inf], dtype=torch.float64)
+    finite = torch.isfinite(values).double()
+    exponents = torch.tensor([2, -1, 5])
+    gathered = segment_counts(values, finite, segments.segment, 3, 8, exponents)
+    spread = segment_counts(values, finite, segments.segment, 3, 8, exponents, spread=segments.spread)
+    assert torch.equal(gathered, spread)
+    for group, (start, size) in enumerate(zip(np.cumsum([0, *sizes[:-1]]), sizes, strict=True)):
+        part = values[start : start + size]
+        wanted = histogram_counts(part, torch.isfinite(part).double(), 8, exponents[group])
+        assert torch.equal(spread[group], wanted)

@@ -17,7 +17,7 @@ from hookscope.stats._record import STATISTICS, finalize
 from hookscope.stats._sample import SAMPLE_SIZE, Sampler
 from hookscope.stats._spec import Spec
 from hookscope.stats._tables import SMALL_BELOW, NormTable, RecordTable
-from hookscope.stats._units import UnitCounts, unit_dims
+from hookscope.stats._units import UnitCounts, active, unit_dims
 from stats_oracle import auto_exponent, auto_histogram, close, expected, values_of
 
 SETTINGS = settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
@@ -312,3 +312,59 @@ def test_an_empty_tensor_leaves_no_trace() -> None:
     table.add(0, 0, torch.ones(2, 3))  # its first units: 3
     activity = table.unit_activity()[0]
     assert activity is not None and activity.tolist() == [1.0, 1.0, 1.0] and table.units.mismatch == 0
+
+
+def test_small_outputs_with_nonfinite_values_count_each_unit_as_the_oracle() -> None:
+    """Small outputs of several keys described together (one `add_whole` for all): a unit's activity is the share
+    of its values that are finite and > 0, NaN, inf and -0.0 included, over every value it had."""
+    table = RecordTable(3, Spec(), bins=4, unit_dim=lambda key, ndim: None if key == 2 else ndim - 1)
+    table.allocate(2, torch.device("cpu"))
+    generator = torch.Generator().manual_seed(5)
+    outputs = {0: [torch.randn(5, 3, generator=generator) for _ in range(3)]}
+    outputs[1] = [torch.randn(2, 7, generator=generator)]
+    outputs[0][1][0] = torch.tensor([math.nan, math.inf, -0.0])
+    outputs[1][0][1, :3] = torch.tensor([-math.inf, 0.0, math.inf])
+    for row, x in enumerate(outputs[0]):
+        table.add(row % 2, 0, x)
+    table.add(0, 1, outputs[1][0])
+    table.add(1, 2, torch.randn(4, 4, generator=generator))  # a key without units: counted nowhere
+    activity = table.unit_activity()
+    for key, xs in outputs.items():
+        every = torch.cat(xs)
+        wanted = (torch.isfinite(every) & (every > 0)).double().mean(0)
+        found = activity[key]
+        assert found is not None and torch.allclose(found, wanted, rtol=0, atol=1e-15), key
+    assert activity[2] is None
+
+
+def test_unit_layouts_are_rebuilt_when_the_unit_counts_are_loaded() -> None:
+    """Loaded unit counts place the keys in key order; a table that had placed them otherwise (its cached layouts
+    hold the old positions) counts its next outputs in the loaded positions: their activity equals counting them
+    on top of what was loaded."""
+    cpu = torch.device("cpu")
+    table = RecordTable(2, Spec(), unit_dim=lambda key, ndim: ndim - 1)
+    table.allocate(1, cpu)
+    first, second = torch.randn(4, 3), torch.randn(4, 5)
+    for _ in range(2):  # the same arrangement twice: the second flush reuses the cached layout
+        table.add(0, 1, first)  # key 1 first: its units come first in the counts
+        table.add(0, 0, second)
+        table.flush()
+    saved = UnitCounts(2)
+    saved.slot(0, 5, cpu), saved.slot(1, 3, cpu)  # key order, as a saved state is loaded
+    table.load_units(saved.state(), cpu)
+    table.add(0, 1, first)
+    table.add(0, 0, second)
+    activity = table.unit_activity()
+    for key, x in ((0, second), (1, first)):
+        found = activity[key]
+        assert found is not None and torch.allclose(found, (x > 0).double().mean(0)), key
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int64])
+def test_a_value_is_active_when_it_is_finite_and_above_zero(dtype: torch.dtype) -> None:
+    special = [math.nan, math.inf, -math.inf, -0.0, 0.0, 1e-30, -1e-30, 3.0, -3.0]
+    x = torch.tensor([0, 1, -1, 5] if not dtype.is_floating_point else special).to(dtype)
+    wanted = [1.0 if math.isfinite(v) and v > 0 else 0.0 for v in x.double().tolist()]
+    found = active(x)
+    assert found.dtype == (dtype if dtype.is_floating_point else torch.float64)
+    assert found.double().tolist() == wanted

@@ -18,7 +18,7 @@ from .._transfer import to_device
 from ._record import RECORD, Column
 from ._spec import Spec
 
-__all__ = ["Segments", "describe_segments", "norm_segments"]
+__all__ = ["Segments", "describe_segments", "finite_mask", "norm_segments"]
 
 
 class Segments:
@@ -57,6 +57,7 @@ class Segments:
         self.lengths = torch.tensor(sizes, dtype=torch.int64) if own else None
         contiguous = own and all(size > 0 for size in sizes)
         self.starts = np.cumsum([0, *sizes[:-1]], dtype=np.int64) if contiguous and sizes else None
+        self.repeats = np.asarray(sizes, dtype=np.int64) if self.starts is not None else None  # (`spread`)
         self.saturation: tuple[torch.Tensor, torch.Tensor] | None = None
         if bounds is not None and any(b is not None for b in bounds):
             middle = [math.nan if b is None else (b[0] + b[1]) / 2 for b in bounds]
@@ -66,17 +67,32 @@ class Segments:
                 to_device(torch.tensor(half, dtype=torch.float64), device),
             )
 
+    def spread(self, per_group: torch.Tensor) -> torch.Tensor:
+        """The value of each value's group: `per_group` (groups,) repeated over the values (numpy's `repeat` over
+        contiguous segments on the CPU, three times faster there than gathering by `segment`)."""
+        if self.repeats is not None and per_group.device.type == "cpu":
+            return torch.from_numpy(np.repeat(per_group.numpy(), self.repeats))
+        return per_group.index_select(0, self.segment)
 
-def describe_segments(values: torch.Tensor, segments: Segments, spec: Spec) -> torch.Tensor:
+
+def finite_mask(values: torch.Tensor) -> torch.Tensor:
+    """1.0 where a value of `values` (float) is finite, else 0.0, in its dtype: `x * 0` is NaN for inf and NaN, 0
+    otherwise (several times faster than `isfinite` and a conversion on the CPU)."""
+    return values.mul(0.0).eq_(0.0)
+
+
+def describe_segments(
+    values: torch.Tensor, segments: Segments, spec: Spec, finite: torch.Tensor | None = None
+) -> torch.Tensor:
     """Return the (groups, len(RECORD)) float64 records of the groups of `values` (flat float64 of values from
-    16/32-bit tensors, so that no square overflows). `spec.bounds` is ignored: bounds are per group here."""
-    seg = segments.segment
-    finite = values.mul(0.0).eq_(0.0)  # float 0/1 (see `Rows`): x * 0 is NaN for inf and NaN
+    16/32-bit tensors, so that no square overflows); `finite`: their `finite_mask`, when the caller has it.
+    `spec.bounds` is ignored: bounds are per group here."""
+    finite = finite_mask(values) if finite is None else finite
     clean = torch.nan_to_num(values, 0.0, 0.0, 0.0)
     count = _sums(finite, segments)
     safe = count.clamp(min=1)
     mean = _sums(clean, segments).div_(safe)
-    squares = _sums(clean.sub(mean.index_select(0, seg)).mul_(finite).square_(), segments)
+    squares = _sums(clean.sub(segments.spread(mean)).mul_(finite).square_(), segments)
     near = _sums((clean.clone() if spec.signed else clean.abs()).le_(spec.near_zero).mul_(finite), segments)
     inf = math.inf
     smallest = _reduce(torch.nan_to_num(values, inf, inf, inf), segments, "amin")
@@ -84,7 +100,7 @@ def describe_segments(values: torch.Tensor, segments: Segments, spec: Spec) -> t
     if segments.saturation is None:
         saturated = torch.full_like(count, math.nan)
     else:
-        middle, half = (t.index_select(0, seg) for t in segments.saturation)
+        middle, half = (segments.spread(t) for t in segments.saturation)
         hits = _sums(clean.sub(middle).abs_().ge_(half).mul_(finite), segments)
         saturated = torch.where(segments.saturation[0].isnan(), math.nan, hits)
     columns_by_index = {
@@ -126,7 +142,7 @@ def _reduce(column: torch.Tensor, segments: Segments, how: str) -> torch.Tensor:
 
 def norm_segments(values: torch.Tensor, segments: Segments) -> torch.Tensor:
     """Return the (groups, len(NORM)) float64 norm records of the groups of `values` (as `describe_segments`)."""
-    finite = _sums(values.mul(0.0).eq_(0.0), segments)
+    finite = _sums(finite_mask(values), segments)
     squares = _sums(torch.nan_to_num(values, 0.0, 0.0, 0.0).square_(), segments)
     sizes = segments.sizes
     return torch.stack((squares.sqrt_(), sizes - finite, sizes, torch.zeros_like(sizes)), dim=1)

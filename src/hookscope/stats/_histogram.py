@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 
@@ -110,12 +110,17 @@ def range_exponent(values: torch.Tensor) -> torch.Tensor:
     return exponent_of(torch.where(torch.isfinite(values), values.abs(), 0.0).amax())
 
 
+def _range_scale(exponent: torch.Tensor) -> torch.Tensor:
+    """`2**-e` (float64) of automatic-range exponents: a value times it lies in [-1, 1) within the range."""
+    return torch.exp2(-exponent.clamp(min=EXPONENT_MIN).double())
+
+
 def _codes(
-    values: torch.Tensor, finite: torch.Tensor, bins: int, exponent: torch.Tensor | None, bounds: tuple[float, float]
+    values: torch.Tensor, finite: torch.Tensor, bins: int, scale: torch.Tensor | None, bounds: tuple[float, float]
 ) -> torch.Tensor:
-    """Column of each value: its bin, `bins` (underflow), `bins + 1` (overflow) or `bins + 2` (not finite)."""
-    if exponent is not None:  # automatic range: every finite value is inside [-2**e, 2**e)
-        scale = torch.exp2(-exponent.clamp(min=EXPONENT_MIN).double())
+    """Column of each value: its bin, `bins` (underflow), `bins + 1` (overflow) or `bins + 2` (not finite); over
+    the automatic range whose `_range_scale` is `scale` (0-d or one per value), else over `bounds`."""
+    if scale is not None:  # automatic range: every finite value is inside [-2**e, 2**e)
         code = ((values * scale + 1.0) * (bins / 2)).floor_().clamp_(0, bins - 1)
     else:  # fixed range: the bin whose edges (`fixed_edges`) hold the value, as numpy.histogram finds it
         low, high = bounds
@@ -168,7 +173,7 @@ def counts(
     """Return the (bins + 2,) float64 counts of the finite `values` (float64, flat; `finite` their 0/1 mask):
     over the automatic range of `exponent` (a 0-d int64 tensor), or over `bounds` when `exponent` is `None`;
     each value counts `weight`."""
-    code = _codes(values, finite, bins, exponent, bounds)
+    code = _codes(values, finite, bins, None if exponent is None else _range_scale(exponent), bounds)
     if isinstance(weight, torch.Tensor):
         weights = weight.to(torch.float64).expand(values.shape)
     else:  # filled on the device: a tensor made from a number would be copied from the host (a sync on CUDA)
@@ -184,12 +189,17 @@ def segment_counts(
     bins: int,
     exponents: torch.Tensor | None = None,
     bounds: tuple[float, float] = (0.0, 1.0),
+    spread: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Return the (groups, bins + 2) float64 counts of values in groups (`segment[i]`: the group of value `i`),
     each group over the automatic range of its exponent (`exponents`, (groups,) int64) or over `bounds`: one
-    `bincount` for all of them."""
-    exponent = None if exponents is None else exponents.index_select(0, segment)
-    code = _codes(values, finite, bins, exponent, bounds)
+    `bincount` for all of them. `spread` repeats a (groups,) tensor over the values (`Segments.spread`; default:
+    gathered by `segment`)."""
+    scale = None
+    if exponents is not None:
+        scales = _range_scale(exponents)
+        scale = spread(scales) if spread is not None else scales.index_select(0, segment)
+    code = _codes(values, finite, bins, scale, bounds)
     code = torch.where(code > bins + 1, groups * (bins + 2), code + segment * (bins + 2))
     return tally(code, groups * (bins + 2) + 1)[:-1].double().view(groups, bins + 2)
 

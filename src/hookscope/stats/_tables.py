@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from .._transfer import to_device
-from ._batched import Segments, describe_segments, norm_segments
+from ._batched import Segments, describe_segments, finite_mask, norm_segments
 from ._describe import Sample, describe, estimate, sum_of_squares, take_sample
 from ._histogram import EXPONENT_NONE, counts, exponent_of, rebin, row_counts, segment_counts
 from ._norms import NORM, combine_norm_segments, estimate_norms, norm_of, real_view
@@ -355,6 +355,13 @@ class RecordTable(PendingTable):
         self.flush()
         return self.units.fractions()
 
+    def load_units(self, counts: list[torch.Tensor | None], device: torch.device) -> None:
+        """Replace the unit counts by `counts` (`UnitCounts.state`) on `device`. What waits is written first (its
+        unit positions are the old ones), and the layouts, which hold unit positions, are built afresh."""
+        self.flush()
+        self.units.load(counts, device)
+        self._layouts.clear()
+
     # ---- writing ---------------------------------------------------------------------------------------------
     def flush(self) -> None:
         """Write every observation waiting into its cell: a fixed number of torch calls."""
@@ -375,26 +382,28 @@ class RecordTable(PendingTable):
         return self._describe_small(values, layout), layout.groups
 
     def _hist_columns(
-        self, values: torch.Tensor, segments: Segments, record: torch.Tensor, weight: torch.Tensor | None = None
+        self, values: torch.Tensor, finite: torch.Tensor, segments: Segments, record: torch.Tensor
     ) -> list[torch.Tensor]:
-        """Histogram counts (groups, bins + 2) and exponents (groups, 1) of grouped values (each counting
-        `weight[g]` of its group's values)."""
-        bins, finite = self.bins or 0, torch.isfinite(values).double()
+        """Histogram counts (groups, bins + 2) and exponents (groups, 1) of grouped values (`finite`: their
+        `finite_mask`)."""
+        bins, seg, groups = self.bins or 0, segments.segment, segments.groups
         if self.hist_range is not None:
-            exponents = torch.full((segments.groups,), EXPONENT_NONE, dtype=torch.int64, device=values.device)
-            hist = segment_counts(values, finite, segments.segment, segments.groups, bins, None, self.hist_range)
+            exponents = torch.full((groups,), EXPONENT_NONE, dtype=torch.int64, device=values.device)
+            hist = segment_counts(values, finite, seg, groups, bins, None, self.hist_range)
         else:
             exponents = exponent_of(_largest(record))
-            hist = segment_counts(values, finite, segments.segment, segments.groups, bins, exponents)
-        # equivalent mutant `* -> /`: no caller passes `weight` (the sampled path weights its histograms itself)
-        return [hist if weight is None else hist * weight[:, None], exponents[:, None].double()]
+            hist = segment_counts(values, finite, seg, groups, bins, exponents, spread=segments.spread)
+        return [hist, exponents[:, None].double()]
 
     def _describe_small(self, values: torch.Tensor, layout: _SmallLayout) -> torch.Tensor:
         """(groups, width) records (+ histogram and exponent) of the small values; unit activity added."""
-        record = describe_segments(values, layout.segments, self.spec)
-        parts = [record] + (self._hist_columns(values, layout.segments, record) if self.bins is not None else [])
-        if layout.units is not None:
-            self.units.add(layout.units, active(values), 1.0)
+        finite = finite_mask(values)
+        record = describe_segments(values, layout.segments, self.spec, finite)
+        parts = [record]
+        if self.bins is not None:
+            parts += self._hist_columns(values, finite, layout.segments, record)
+        if layout.units is not None and layout.unit_sizes is not None:
+            self.units.add_whole(layout.units, active(values), *layout.unit_sizes)
         return torch.cat(parts, dim=1)
 
     def _describe_sampled(self, block: list[tuple[int, int, Any, Any]]) -> torch.Tensor:
@@ -497,7 +506,8 @@ class _SmallLayout:
         sizes = [math.prod(shape) for _, _, shape in parts]
         self.segments = Segments(sizes, list(range(len(parts))), device, [table.saturation[key] for _, key, _ in parts])
         self.groups = [(row, key) for row, key, _ in parts]  # (row relative to the first one waiting, key)
-        self.units: torch.Tensor | None = None
+        self.units: torch.Tensor | None = None  # each value's position in the unit counts (0: no unit)
+        self.unit_sizes: tuple[torch.Tensor, torch.Tensor] | None = None  # the positions, and their values
         if table.unit_dim is not None:
             self._unit_ids(parts, sizes, table, device)
 
@@ -513,7 +523,13 @@ class _SmallLayout:
             view[unit] = shape[unit]
             ids.append(np.broadcast_to(np.arange(start, start + shape[unit]).reshape(view), shape).reshape(-1))
         if ids and any(i.any() for i in ids):
-            self.units = to_device(torch.from_numpy(np.concatenate(ids)), device)
+            every = np.concatenate(ids)
+            self.units = to_device(torch.from_numpy(every), device)
+            positions, seen = np.unique(every, return_counts=True)  # the values seen at each position
+            self.unit_sizes = (
+                to_device(torch.from_numpy(positions), device),
+                to_device(torch.from_numpy(seen.astype(np.float64)), device),
+            )
 
 
 class _SampledLayout:

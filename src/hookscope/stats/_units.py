@@ -44,8 +44,11 @@ def unit_dims(module: nn.Module | None, ndim: int) -> tuple[int, tuple[int, ...]
 
 
 def active(values: torch.Tensor) -> torch.Tensor:
-    """1.0 where a value is active (finite and > 0; NaN never is), else 0.0, in `values`' float dtype."""
-    return (values > 0).to(values.dtype if values.is_floating_point() else torch.float64) * torch.isfinite(values)
+    """1.0 where a value is active (finite and > 0; NaN never is), else 0.0, in `values`' float dtype (float64 for
+    an integer tensor)."""
+    if not values.is_floating_point():
+        return (values > 0).double()
+    return torch.nan_to_num(values, 0.0, 0.0, 0.0).sign_().clamp_(min=0.0)  # three cheap passes, no bool tensor
 
 
 def unit_counts(described: Described, shape: tuple[int, ...], unit: int) -> torch.Tensor:
@@ -108,6 +111,16 @@ class UnitCounts:
                 self.seen.index_add_(0, positions, seen)
             else:
                 self.seen.index_add_(0, positions, torch.full_like(active, seen))
+
+    def add_whole(
+        self, positions: torch.Tensor, active: torch.Tensor, units: torch.Tensor, sizes: torch.Tensor
+    ) -> None:
+        """Add tensors read whole: `active` (float64, one per value) at `positions` (each value's position), and
+        `sizes` values seen at the positions `units` (each position once, with how many values it has: what
+        `positions` counts, known from the layout, so not counted again value by value)."""
+        if self.active is not None and self.seen is not None:
+            self.active.index_add_(0, positions, active)
+            self.seen.index_add_(0, units, sizes)
 
     def fractions(self) -> list[torch.Tensor | None]:
         """Per key, the fraction of its observed values that were active, per unit (`None` before any)."""

@@ -562,7 +562,7 @@ class Recorder:
         )
         device = self.buffers.device or self.params.device()
         self.attention.load_state_dict(saved)
-        self.buffers.acts.units.load(saved["units"], device)
+        self.buffers.acts.load_units(saved["units"], device)
         if saved["first"] is not None:
             self.first = saved["first"].to(device)
             self.flags = torch.ones_like(self.first, dtype=torch.bool)
