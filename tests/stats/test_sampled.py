@@ -26,6 +26,7 @@ from hookscope.stats._describe import (
     take_sample,
 )
 from hookscope.stats._histogram import counts as histogram_counts
+from hookscope.stats import _histogram as histogram
 from hookscope.stats._histogram import exponent_of, row_counts
 from hookscope.stats._norms import norm_of
 from hookscope.stats._record import STATISTICS, finalize
@@ -267,9 +268,13 @@ def test_the_sampled_norm_of_a_tensor_with_many_nan_is_the_norm_of_its_finite_va
     assert norm == pytest.approx(expected(values_of(x)).norm, rel=0.03)
 
 
-def test_row_histograms_of_samples_match_the_oracle() -> None:
+@pytest.mark.parametrize("float32_codes", [True, False])
+def test_row_histograms_of_samples_match_the_oracle(float32_codes: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """`row_counts` (the histograms of sampled tensors, one row each) against the oracle row by row: rows of their
-    own ranges (or a fixed one, counting what falls outside), non-finite values and padding left out."""
+    own ranges (or a fixed one, counting what falls outside), non-finite values and padding left out; the rows'
+    columns found in float32 (every code exact in it) or, past `EXACT_CODES`, in int64."""
+    if not float32_codes:
+        monkeypatch.setattr(histogram, "EXACT_CODES", 3 * 11 - 1)  # 3 rows of 8 + 3 columns: the last code is past it
     values = torch.randn(3, 50) * torch.tensor([[1e-3], [1.0], [300.0]])
     values[0, :3] = torch.tensor([math.nan, math.inf, -math.inf])
     finite = torch.isfinite(values).float()
