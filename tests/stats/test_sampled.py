@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 
+from hookscope.stats import _histogram as histogram
 from hookscope.stats._describe import (
     CACHED_EXTREMES,
     describe,
@@ -26,7 +27,6 @@ from hookscope.stats._describe import (
     take_sample,
 )
 from hookscope.stats._histogram import counts as histogram_counts
-from hookscope.stats import _histogram as histogram
 from hookscope.stats._histogram import exponent_of, row_counts
 from hookscope.stats._norms import norm_of
 from hookscope.stats._record import STATISTICS, finalize

@@ -244,7 +244,6 @@ def row_counts(
     return counts[:, : bins + 2].double()
 
 
-
 def rebin(hist: torch.Tensor, exponent: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Re-bin automatic-range counts (..., bins + 2) of exponents `exponent` (...) onto `target` (>= them): bin
     `i` moves to `floor((i - bins/2) / 2**(target - exponent)) + bins/2`. Exact (the edges nest)."""
