@@ -368,3 +368,27 @@ def test_a_value_is_active_when_it_is_finite_and_above_zero(dtype: torch.dtype) 
     found = active(x)
     assert found.dtype == (dtype if dtype.is_floating_point else torch.float64)
     assert found.double().tolist() == wanted
+
+
+def test_one_arrangement_of_cells_flushed_round_the_ring_lands_in_its_own_slots() -> None:
+    """A steady loop flushes the same arrangement of cells (two rows, three keys) at every place of the ring of
+    rows, wrapping round its end too (row ids 2 and 3 of a ring of 3 are slots 2 and 0): each cell then holds the
+    norm of what it received since its row was last reset, as the oracle counts it."""
+    table = NormTable(KEYS)
+    table.allocate(ROWS, torch.device("cpu"))
+    assert table.norms is not None
+    generator = torch.Generator().manual_seed(7)
+    for first in range(6):
+        table.reset(torch.tensor([first % ROWS, (first + 1) % ROWS]))
+        received: dict[tuple[int, int], torch.Tensor] = {}
+        for row, key in ((first, 0), (first, 2), (first + 1, 1), (first + 1, 0), (first, 0)):
+            x = torch.randn(5, generator=generator)
+            table.add(row, key, x)
+            received[(row, key)] = torch.cat([received.get((row, key), torch.zeros(0)), x])
+        table.flush()
+        for row in (first, first + 1):
+            for key in range(KEYS):
+                values = received.get((row, key), torch.zeros(0))
+                norm, _, count, _ = table.norms[row % ROWS, key].tolist()
+                assert count == values.numel(), (first, row, key)
+                assert math.isclose(norm, float(values.double().norm()), rel_tol=1e-12), (first, row, key)

@@ -156,14 +156,22 @@ class PendingTable(abc.ABC):
 
     def _cells(self, rows_and_keys: list[tuple[int, int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """The distinct cells of the items (row ids and keys, in item order) and, for each item then each cell,
-        its position among them."""
-        cells = tuple((row % self.rows) * self.keys + key for row, key in rows_and_keys)
-        found = self._cell_layouts.get(cells)  # a steady loop flushes into a few arrangements of cells, again and
-        if found is None:  # again (a cache of its own: other arrangements come round too often for the layouts')
+        its position among them. A steady loop flushes the same arrangement of cells again and again, at other
+        places of the ring of rows: the arrangement is cached relative to its first row (a cache of its own: other
+        arrangements come round too often for the layouts'), and its cells moved to that row's slot."""
+        first = min((row for row, _ in rows_and_keys), default=0)
+        slot = first % self.rows
+        if slot + max((row for row, _ in rows_and_keys), default=first) - first < self.rows:
+            cells, offset = tuple((row - first) * self.keys + key for row, key in rows_and_keys), slot * self.keys
+        else:  # the rows wrap round the ring: the arrangement of their slots
+            cells, offset = tuple((row % self.rows) * self.keys + key for row, key in rows_and_keys), 0
+        found = self._cell_layouts.get(cells)
+        if found is None:
             if len(self._cell_layouts) >= _CELL_CACHE:
                 self._cell_layouts.clear()
             found = self._cell_layouts[cells] = self._cell_layout(cells)
-        return found  # index tensors, never written
+        unique, positions = found  # index tensors, never written
+        return (unique + offset if offset else unique), positions
 
     def _cell_layout(self, cells: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
         unique = list(dict.fromkeys(cells))
