@@ -30,7 +30,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from hookscope.callbacks import ActivationStats
 from hookscope.monitors import MonitorPool, OutputGradMonitor, OutputMonitor
-from hookscope.reducers import HistogramReducer, StatsReducer
+from hookscope.reducers import CAReducer, EMAReducer, HistogramReducer, StatsReducer
 from hookscope.watch import Watch
 from hookscope.weights import UpdateRatioMonitor, add_weight_distribution_monitor, add_weight_update_monitor_hook
 from sync_debug import syncs_raise
@@ -185,8 +185,15 @@ ATTACHMENTS: dict[str, Callable[[nn.Module, torch.optim.Optimizer], Any]] = {
     "OutputGradMonitor, StatsReducer": lambda model, optimizer: MonitorPool(
         OutputGradMonitor.partialconstructor(StatsReducer()), model
     ),
+    "OutputGradMonitor, EMAReducer": lambda model, optimizer: MonitorPool(
+        OutputGradMonitor.partialconstructor(EMAReducer(0.9)), model
+    ),
+    "OutputMonitor, CAReducer": lambda model, optimizer: MonitorPool(
+        OutputMonitor.partialconstructor(CAReducer()), model
+    ),
 }
-"""The other per-step monitors, on a model whose weights are large enough to be sampled (torchvision's ResNet)."""
+"""The other per-step monitors, on a model whose weights are large enough to be sampled (torchvision's ResNet).
+The reservoir reducers are not among them: a random generator cannot be made on the meta device."""
 
 
 @pytest.mark.parametrize("attachment", list(ATTACHMENTS))
