@@ -14,6 +14,7 @@ import math
 
 import torch
 
+from ._batched import finite_mask
 from ._record import RECORD, Column
 from ._spec import Spec
 
@@ -61,8 +62,7 @@ class Rows:
     def __init__(self, values: torch.Tensor, members: torch.Tensor, work: Workspace | None = None) -> None:
         work = work or Workspace()
         self.values, self.work = values, work
-        # x * 0 is NaN for inf and NaN, 0 otherwise: `eq_(0)` is the finite mask, in float
-        self.finite = torch.mul(values, 0.0, out=work.get("finite", values)).eq_(0.0).mul_(members)
+        self.finite = finite_mask(values, out=work.get("finite", values)).mul_(members)
         self.clean = torch.nan_to_num(values, 0.0, 0.0, 0.0, out=work.get("clean", values)).mul_(members)
         self.seen = members.sum(1)
         _, exponent = torch.frexp(torch.abs(self.clean, out=work.get("scratch", values)).amax(1))  # m * 2**e

@@ -515,7 +515,7 @@ class _SmallLayout:
         self.segments = Segments(sizes, list(range(len(parts))), device, [table.saturation[key] for _, key, _ in parts])
         self.groups = [(row, key) for row, key, _ in parts]  # (row relative to the first one waiting, key)
         self.units: torch.Tensor | None = None  # each value's position in the unit counts (0: no unit)
-        self.unit_sizes: tuple[torch.Tensor, torch.Tensor] | None = None  # the positions, and their values
+        self.unit_sizes: tuple[torch.Tensor, torch.Tensor] | None = None  # each position once, and its values
         if table.unit_dim is not None:
             self._unit_ids(parts, sizes, table, device)
 
