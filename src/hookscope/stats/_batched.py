@@ -86,22 +86,29 @@ def describe_segments(
 ) -> torch.Tensor:
     """Return the (groups, len(RECORD)) float64 records of the groups of `values` (flat float64 of values from
     16/32-bit tensors, so that no square overflows); `finite`: their `finite_mask`, when the caller has it.
-    `spec.bounds` is ignored: bounds are per group here."""
+    `spec.bounds` is ignored: bounds are per group here.
+
+    On the CPU, when every value is finite (the count of finite values says so, read on the host there: no sync),
+    the passes that only set non-finite values aside are skipped (the same results: they change nothing then)."""
     finite = finite_mask(values) if finite is None else finite
-    clean = torch.nan_to_num(values, 0.0, 0.0, 0.0)
     count = _sums(finite, segments)
+    every = _every_finite(count, segments)
+    clean = values if every else torch.nan_to_num(values, 0.0, 0.0, 0.0)
     safe = count.clamp(min=1)
     mean = _sums(clean, segments).div_(safe)
-    squares = _sums(clean.sub(segments.spread(mean)).mul_(finite).square_(), segments)
-    near = _sums((clean.clone() if spec.signed else clean.abs()).le_(spec.near_zero).mul_(finite), segments)
+    deviations = clean.sub(segments.spread(mean))
+    squares = _sums((deviations if every else deviations.mul_(finite)).square_(), segments)
+    near_values = (clean.clone() if spec.signed else clean.abs()).le_(spec.near_zero)
+    near = _sums(near_values if every else near_values.mul_(finite), segments)
     inf = math.inf
-    smallest = _reduce(torch.nan_to_num(values, inf, inf, inf), segments, "amin")
-    largest = _reduce(torch.nan_to_num(values, -inf, -inf, -inf), segments, "amax")
+    smallest = _reduce(values if every else torch.nan_to_num(values, inf, inf, inf), segments, "amin")
+    largest = _reduce(values if every else torch.nan_to_num(values, -inf, -inf, -inf), segments, "amax")
     if segments.saturation is None:
         saturated = torch.full_like(count, math.nan)
     else:
         middle, half = (segments.spread(t) for t in segments.saturation)
-        hits = _sums(clean.sub(middle).abs_().ge_(half).mul_(finite), segments)
+        out = clean.sub(middle).abs_().ge_(half)
+        hits = _sums(out if every else out.mul_(finite), segments)
         saturated = torch.where(segments.saturation[0].isnan(), math.nan, hits)
     columns_by_index = {
         Column.COUNT: count,
@@ -115,6 +122,12 @@ def describe_segments(
         Column.SAMPLED: torch.zeros_like(count),
     }
     return torch.stack([columns_by_index[k] for k in range(len(RECORD))], dim=1)
+
+
+def _every_finite(count: torch.Tensor, segments: Segments) -> bool:
+    """Whether every value is finite, by the groups' counts of finite values (`count`), read on the host only for
+    contiguous segments on the CPU (no sync there); `False` (do not know) elsewhere."""
+    return segments.starts is not None and bool(count.eq(segments.sizes).all())
 
 
 def _sums(column: torch.Tensor, segments: Segments) -> torch.Tensor:
@@ -141,8 +154,16 @@ def _reduce(column: torch.Tensor, segments: Segments, how: str) -> torch.Tensor:
 
 
 def norm_segments(values: torch.Tensor, segments: Segments) -> torch.Tensor:
-    """Return the (groups, len(NORM)) float64 norm records of the groups of `values` (as `describe_segments`)."""
+    """Return the (groups, len(NORM)) float64 norm records of the groups of `values` (as `describe_segments`).
+
+    On the CPU the squares are summed first: a group's sum is finite exactly when all its values are (squares of
+    16/32-bit values never overflow in float64), so when every sum is (read on the host there: no sync), that is
+    the record, without the passes that set non-finite values aside."""
+    sizes = segments.sizes
+    if segments.starts is not None:
+        squares = _sums(torch.square(values), segments)
+        if bool(squares.isfinite().all()):
+            return torch.stack((squares.sqrt_(), torch.zeros_like(sizes), sizes, torch.zeros_like(sizes)), dim=1)
     finite = _sums(finite_mask(values), segments)
     squares = _sums(torch.nan_to_num(values, 0.0, 0.0, 0.0).square_(), segments)
-    sizes = segments.sizes
     return torch.stack((squares.sqrt_(), sizes - finite, sizes, torch.zeros_like(sizes)), dim=1)
