@@ -213,6 +213,60 @@ def naive_item(model: nn.Module, optimizer: torch.optim.Optimizer) -> Iterator[N
         yield
 
 
+@contextlib.contextmanager
+def reads_alone(model: nn.Module, optimizer: torch.optim.Optimizer) -> Iterator[None]:
+    """The floor of `watch(every=1)` on the CPU: the reads it makes of every step's tensors, with the engine's own
+    read functions, and nothing else (no bookkeeping, no describing, nothing kept past the step). A large output:
+    its sums, extremes and a sample (`take_sample`); a small one: a copy. A large output gradient: its sum of
+    squares, read on the host; a small one: kept. The parameters: small gradients flattened into one copy, large
+    ones their sums of squares; small weights flattened before and after the optimizer step and subtracted, large
+    ones a sample gathered before and after. Ratios below this one cannot come from faster bookkeeping."""
+    from hookscope.stats._describe import sample_values, sum_of_squares, take_sample
+    from hookscope.stats._sample import Sampler
+    from hookscope.stats._tables import SMALL_BELOW
+    from hookscope.watch._selection import default_selection
+
+    sampler, kept, before = Sampler(), [], []
+    modules, owners = default_selection(model)
+    params = [p for _, m in owners for p in m.parameters(recurse=False)]
+    small, large = [p for p in params if p.numel() < SMALL_BELOW], [p for p in params if p.numel() >= SMALL_BELOW]
+
+    def output_grad(grad: torch.Tensor) -> None:
+        kept.append(float(sum_of_squares(grad)) if grad.numel() >= SMALL_BELOW else grad)
+
+    def output(module: nn.Module, args: Any, out: Any) -> None:
+        x = out if isinstance(out, torch.Tensor) else out[0]
+        kept.append(take_sample(x, sampler) if x.numel() >= SMALL_BELOW else x.detach().clone())
+        if x.requires_grad:
+            x.register_hook(output_grad)
+
+    def before_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        with torch.no_grad():
+            kept.append(torch._utils._flatten_dense_tensors([p.grad for p in small if p.grad is not None]))
+            kept.extend(float(sum_of_squares(p.grad)) for p in large if p.grad is not None)
+            before[:] = [torch._utils._flatten_dense_tensors(small)]
+            for p in large:
+                comb, _, start = sampler.draw_positions(p.numel(), p.device)
+                before.append((p, comb, start, sample_values(p, comb, start)))
+
+    def after_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        with torch.no_grad():
+            after = torch._utils._flatten_dense_tensors(small)
+            kept.extend((before[0].sub_(after), after))
+            kept.extend(values.sub_(sample_values(p, comb, start)) for p, comb, start, values in before[1:])
+        kept.clear()
+
+    handles = [optimizer.register_step_pre_hook(before_step), optimizer.register_step_post_hook(after_step)]
+    try:
+        with scope():
+            for _, module in modules:
+                register_module_hook(module, "forward", output)
+            yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 def activation_stats(**options: Any) -> Config:
     @contextlib.contextmanager
     def config(model: nn.Module, optimizer: torch.optim.Optimizer) -> Iterator[None]:
@@ -271,6 +325,7 @@ CONFIGS: dict[str, Config] = {
     "watch() defaults without attention and residual": watch_without_attention,
     "attached then detached": attached_then_detached,
     "naive per-layer .item() (reference)": naive_item,
+    "the reads of watch(every=1) alone (floor)": reads_alone,
 }
 
 PERIODIC = (
