@@ -10,7 +10,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hookscope.stats._batched import Segments, describe_segments, norm_segments
+from hookscope.stats._batched import Segments, Workspace, describe_segments, norm_segments
 from hookscope.stats._describe import describe, describe_large
 from hookscope.stats._histogram import (
     EXPONENT_NONE,
@@ -125,8 +125,9 @@ def test_batched_segments_equal_the_oracle(parts: list[torch.Tensor], groups: in
     ],
 )
 @pytest.mark.parametrize("nonfinite", [True, False])
+@pytest.mark.parametrize("in_buffers", [True, False])
 def test_every_way_of_reducing_segments_equals_the_oracle(
-    sizes: list[int], owner: list[int], numpy: bool, nonfinite: bool
+    sizes: list[int], owner: list[int], numpy: bool, nonfinite: bool, in_buffers: bool
 ) -> None:
     """The sums, min and max of segments on the CPU go through numpy where the segments allow it and torch
     otherwise: each way equals the oracle, with values of every sign in the parts, with NaN and inf among them
@@ -140,8 +141,12 @@ def test_every_way_of_reducing_segments_equals_the_oracle(
     segments = Segments(sizes, owner, torch.device("cpu"), [(-1.0, 1.0)] * groups)
     assert (segments.starts is not None) == numpy
     values = torch.cat([p.double() for p in parts])
-    table = finalize(describe_segments(values, segments, Spec()))
-    norms = norm_segments(values, segments)
+    work = Workspace() if in_buffers else None  # the buffers a flush describes in (temporaries written there)
+    table = finalize(describe_segments(values, segments, Spec(), work=work))
+    norms = norm_segments(values, segments, work)
+    if work is not None:  # the buffers reused: the same again
+        again = finalize(describe_segments(values, segments, Spec(), work=work))
+        torch.testing.assert_close(again, table, rtol=0, atol=0, equal_nan=True)
     for group in range(groups):
         members = [p for p, g in zip(parts, owner, strict=True) if g == group]
         wanted = expected(values_of(*members), bounds=(-1.0, 1.0))
@@ -361,6 +366,22 @@ def test_spreading_a_value_per_group_over_its_values_equals_gathering_by_segment
     per_group = torch.tensor([0.5, -2.0, math.inf, 7.0][: segments.groups], dtype=torch.float64)
     wanted = torch.tensor([float(per_group[g]) for g, size in zip(owner, sizes, strict=True) for _ in range(size)])
     assert torch.equal(segments.spread(per_group), wanted.double())
+    assert torch.equal(segments.spread(per_group, torch.empty(sum(sizes), dtype=torch.float64)), wanted.double())
+
+
+def test_a_workspace_keeps_each_flat_buffer_at_the_largest_size_asked_for() -> None:
+    work = Workspace()
+    first = work.flat("values", 100, torch.float64, torch.device("cpu"))
+    smaller = work.flat("values", 40, torch.float64, torch.device("cpu"))
+    assert first.shape == (100,) and smaller.shape == (40,)
+    assert smaller.data_ptr() == first.data_ptr()  # reused, not made again
+    larger = work.flat("values", 300, torch.float64, torch.device("cpu"))
+    assert larger.shape == (300,) and work.flat("values", 100, torch.float64, torch.device("cpu")).data_ptr() == (
+        larger.data_ptr()
+    )
+    other = work.flat("values", 100, torch.float32, torch.device("cpu"))  # another dtype: a buffer of its own
+    assert other.dtype == torch.float32 and other.data_ptr() != larger.data_ptr()
+    assert work.flat("scratch", 100, torch.float64, torch.device("cpu")).data_ptr() != larger.data_ptr()
 
 
 def test_segment_histograms_spread_by_segments_equal_those_gathered() -> None:
@@ -373,6 +394,10 @@ def test_segment_histograms_spread_by_segments_equal_those_gathered() -> None:
     exponents = torch.tensor([2, -1, 5])
     gathered = segment_counts(values, finite, segments.segment, 3, 8, exponents)
     spread = segment_counts(values, finite, segments.segment, 3, 8, exponents, spread=segments.spread)
+    work = Workspace()
+    for _ in range(2):  # in a workspace's buffers, made and then reused
+        in_buffers = segment_counts(values, finite, segments.segment, 3, 8, exponents, segments.spread, work=work)
+        assert torch.equal(in_buffers, spread)
     assert torch.equal(gathered, spread)
     for group, (start, size) in enumerate(zip(np.cumsum([0, *sizes[:-1]]), sizes, strict=True)):
         part = values[start : start + size]

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 import torch
 
 from .._transfer import to_device
+from ._batched import Workspace
 
 __all__ = [
     "EXPONENT_MAX",
@@ -192,19 +193,33 @@ def segment_counts(
     bins: int,
     exponents: torch.Tensor | None = None,
     bounds: tuple[float, float] = (0.0, 1.0),
-    spread: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    spread: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor] | None = None,
+    work: Workspace | None = None,
 ) -> torch.Tensor:
     """Return the (groups, bins + 2) float64 counts of values in groups (`segment[i]`: the group of value `i`),
     each group over the automatic range of its exponent (`exponents`, (groups,) int64) or over `bounds`: one
-    `bincount` for all of them. `spread` repeats a (groups,) tensor over the values (`Segments.spread`; default:
-    gathered by `segment`)."""
-    scale = None
-    if exponents is not None:
+    `bincount` for all of them. `spread(per_group, out)` repeats a (groups,) tensor over the values
+    (`Segments.spread`; default: gathered by `segment`); `work`: where the automatic range's temporaries go (flat
+    buffers "scales", "codes" and "index"; fresh tensors without one)."""
+    width = bins + 3  # the bins, below and above a fixed range, and not counted
+    if exponents is None:
+        index = _codes(values, finite, bins, None, bounds)
+    else:
+
+        def buffer(name: str, dtype: torch.dtype) -> torch.Tensor | None:
+            return None if work is None else work.flat(name, values.numel(), dtype, values.device)
+
         scales = _range_scale(exponents)
-        scale = spread(scales) if spread is not None else scales.index_select(0, segment)
-    code = _codes(values, finite, bins, scale, bounds)
-    code = torch.where(code > bins + 1, groups * (bins + 2), code + segment * (bins + 2))
-    return tally(code, groups * (bins + 2) + 1)[:-1].double().view(groups, bins + 2)
+        scale = spread(scales, buffer("scales", scales.dtype)) if spread is not None else scales[segment]
+        # `_codes`' automatic range, in place: the same operations on the finite values, 0 for the others (which
+        # then become `bins + 2`, not counted)
+        code = torch.nan_to_num(values, 0.0, 0.0, 0.0, out=buffer("codes", values.dtype))
+        code.mul_(scale).add_(1.0).mul_(bins / 2).floor_().clamp_(0, bins - 1)
+        code = code.sub_(bins + 2).mul_(finite).add_(bins + 2)
+        index_buffer = buffer("index", torch.int64)
+        index = code.long() if index_buffer is None else index_buffer.copy_(code)
+    index = index.add_(segment, alpha=width)  # group g's columns from g * width
+    return tally(index, groups * width).view(groups, width)[:, : bins + 2].double()
 
 
 def row_counts(

@@ -14,35 +14,14 @@ import math
 
 import torch
 
-from ._batched import finite_mask
+from ._batched import Workspace, finite_mask
 from ._record import RECORD, Column
 from ._spec import Spec
 
-__all__ = ["SAMPLE_BLOCK", "Rows", "Workspace", "describe_rows", "norm_rows"]
+__all__ = ["SAMPLE_BLOCK", "Rows", "describe_rows", "norm_rows"]
 
 SAMPLE_BLOCK = 32
 """Samples described together: a (32, width) float32 block stays in the CPU's cache."""
-
-
-class Workspace:
-    """Block-sized buffers a table reuses for every block of samples it describes (see the module docstring)."""
-
-    def __init__(self) -> None:
-        self._buffers: dict[tuple[str, torch.dtype], torch.Tensor] = {}
-
-    def get(self, name: str, like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-        """A buffer `name` of `like`'s shape (rows, width) and device (and `dtype`, default `like`'s), contents
-        undefined; valid until the next `get` of the same name."""
-        return self.buffer(name, like.shape[0], like.shape[1], dtype or like.dtype, like.device)
-
-    def buffer(self, name: str, rows: int, width: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        """A (rows, width) buffer `name` (as `get`)."""
-        buffer = self._buffers.get((name, dtype))
-        # equivalent mutant `< -> <=`: a buffer of exactly `rows` rows is then made afresh instead of reused
-        if buffer is None or buffer.device != device or buffer.shape[1] != width or buffer.shape[0] < rows:
-            buffer = torch.empty(max(rows, SAMPLE_BLOCK), width, dtype=dtype, device=device)
-            self._buffers[(name, dtype)] = buffer
-        return buffer[:rows]
 
 
 class Rows:

@@ -32,12 +32,12 @@ import numpy as np
 import torch
 
 from .._transfer import to_device
-from ._batched import Segments, describe_segments, finite_mask, norm_segments
+from ._batched import Segments, Workspace, describe_segments, finite_mask, norm_segments
 from ._describe import Sample, describe, estimate, sum_of_squares, take_sample
 from ._histogram import EXPONENT_NONE, counts, exponent_of, rebin, row_counts, segment_counts
 from ._norms import NORM, combine_norm_segments, estimate_norms, norm_of, real_view
 from ._record import RECORD, Column, combine_segments, empty
-from ._rows import SAMPLE_BLOCK, Rows, Workspace, describe_rows, norm_rows
+from ._rows import SAMPLE_BLOCK, Rows, describe_rows, norm_rows
 from ._sample import Sampler
 from ._spec import Spec
 from ._units import UnitCounts, active, unit_counts
@@ -74,7 +74,7 @@ class PendingTable(abc.ABC):
         self._large: list[tuple[int, int, torch.Tensor]] = []  # (row, key, finished item)
         self._layouts: dict[Any, Any] = {}
         self._cell_layouts: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = {}
-        self._work = Workspace()  # the blocks of samples are described in it
+        self._work = Workspace()  # what waits is described in its buffers
 
     @property
     def is_pending(self) -> bool:
@@ -400,13 +400,13 @@ class RecordTable(PendingTable):
             hist = segment_counts(values, finite, seg, groups, bins, None, self.hist_range)
         else:
             exponents = exponent_of(_largest(record))
-            hist = segment_counts(values, finite, seg, groups, bins, exponents, spread=segments.spread)
+            hist = segment_counts(values, finite, seg, groups, bins, exponents, spread=segments.spread, work=self._work)
         return [hist, exponents[:, None].double()]
 
     def _describe_small(self, values: torch.Tensor, layout: _SmallLayout) -> torch.Tensor:
         """(groups, width) records (+ histogram and exponent) of the small values; unit activity added."""
-        finite = finite_mask(values)
-        record = describe_segments(values, layout.segments, self.spec, finite)
+        finite = finite_mask(values, out=self._work.flat("finite", values.numel(), values.dtype, values.device))
+        record = describe_segments(values, layout.segments, self.spec, finite, self._work)
         parts = [record]
         if self.bins is not None:
             parts += self._hist_columns(values, finite, layout.segments, record)
@@ -678,7 +678,7 @@ class NormTable(PendingTable):
         self, parts: tuple[Part, ...], values: torch.Tensor
     ) -> tuple[torch.Tensor, list[tuple[int, int]]]:
         segments, groups = self._layout(("small", parts), lambda: self._small_layout(parts))
-        return norm_segments(values, segments), groups
+        return norm_segments(values, segments, self._work), groups
 
     def _small_layout(
         self, parts: tuple[tuple[int, int, tuple[int, ...]], ...]
