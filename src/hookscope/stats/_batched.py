@@ -21,7 +21,7 @@ from .._transfer import to_device
 from ._record import RECORD, Column
 from ._spec import Spec
 
-__all__ = ["Segments", "Workspace", "describe_segments", "finite_mask", "norm_segments"]
+__all__ = ["Segments", "Workspace", "describe_segments", "finite_mask", "flat_buffers", "norm_segments"]
 
 
 class Workspace:
@@ -133,7 +133,7 @@ def describe_segments(
 
     On the CPU, when every value is finite (the count of finite values says so, read on the host there: no sync),
     the passes that only set non-finite values aside are skipped (the same results: they change nothing then)."""
-    buffer = _buffers(values, work)
+    buffer = flat_buffers(values, work)
     finite = finite_mask(values, out=buffer("finite")) if finite is None else finite
     count = _sums(finite, segments)
     every = _every_finite(count, segments)
@@ -176,12 +176,12 @@ def describe_segments(
     return torch.stack([columns_by_index[k] for k in range(len(RECORD))], dim=1)
 
 
-def _buffers(like: torch.Tensor, work: Workspace | None) -> Callable[[str], torch.Tensor | None]:
-    """`buffer(name)`: `work`'s flat buffer `name` of `like`'s size, dtype and device (`None`, a fresh tensor
-    then, without `work`)."""
+def flat_buffers(like: torch.Tensor, work: Workspace | None) -> Callable[..., torch.Tensor | None]:
+    """`buffer(name, dtype=None)`: `work`'s flat buffer `name` of `like`'s size and device, in `dtype` (default
+    `like`'s); `None` without `work` (the `out=` of a fresh tensor)."""
 
-    def buffer(name: str) -> torch.Tensor | None:
-        return None if work is None else work.flat(name, like.numel(), like.dtype, like.device)
+    def buffer(name: str, dtype: torch.dtype | None = None) -> torch.Tensor | None:
+        return None if work is None else work.flat(name, like.numel(), dtype or like.dtype, like.device)
 
     return buffer
 
@@ -223,7 +223,7 @@ def norm_segments(values: torch.Tensor, segments: Segments, work: Workspace | No
     16/32-bit values never overflow in float64), so when every sum is (read on the host there: no sync), that is
     the record, without the passes that set non-finite values aside."""
     sizes = segments.sizes
-    buffer = _buffers(values, work)
+    buffer = flat_buffers(values, work)
     if segments.starts is not None:
         squares = _sums(torch.square(values, out=buffer("scratch")), segments)
         if bool(squares.isfinite().all()):

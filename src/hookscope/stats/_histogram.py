@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 import torch
 
 from .._transfer import to_device
-from ._batched import Workspace
+from ._batched import Workspace, flat_buffers
 
 __all__ = [
     "EXPONENT_MAX",
@@ -120,21 +120,31 @@ def _range_scale(exponent: torch.Tensor) -> torch.Tensor:
 
 
 def _codes(
-    values: torch.Tensor, finite: torch.Tensor, bins: int, scale: torch.Tensor | None, bounds: tuple[float, float]
+    values: torch.Tensor,
+    finite: torch.Tensor,
+    bins: int,
+    scale: torch.Tensor | None,
+    bounds: tuple[float, float],
+    out: torch.Tensor | None = None,
+    index: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Column of each value: its bin, `bins` (underflow), `bins + 1` (overflow) or `bins + 2` (not finite); over
-    the automatic range whose `_range_scale` is `scale` (0-d or one per value), else over `bounds`."""
+    """Column of each value (int64): its bin, `bins` (underflow), `bins + 1` (overflow) or `bins + 2` (not finite,
+    as `finite`, a 0/1 mask, says); over the automatic range whose `_range_scale` is `scale` (0-d or one per value),
+    else over `bounds`. `out` (float, as `values`) and `index` (int64): buffers the automatic range's codes and the
+    result are written into (fresh tensors without them)."""
     if scale is not None:  # automatic range: every finite value is inside [-2**e, 2**e)
-        code = ((values * scale + 1.0) * (bins / 2)).floor_().clamp_(0, bins - 1)
+        code = torch.nan_to_num(values, 0.0, 0.0, 0.0, out=out).mul_(scale).add_(1.0).mul_(bins / 2)
+        code = code.floor_().clamp_(0, bins - 1).sub_(bins + 2).mul_(finite).add_(bins + 2)  # bins + 2: not counted
     else:  # fixed range: the bin whose edges (`fixed_edges`) hold the value, as numpy.histogram finds it
         low, high = bounds
         edges = _edges_on((float(low), float(high)), bins, values.device)
         code = ((values - low) / _step(bounds, bins)).floor_().nan_to_num_(bins - 1.0).clamp_(0, bins - 1)
-        index = code.long()
-        code = code - (values < torch.take(edges, index)).double()
-        code = code + ((values >= torch.take(edges, index + 1)) & (index < bins - 1)).double()
+        bin_index = code.long()
+        code = code - (values < torch.take(edges, bin_index)).double()
+        code = code + ((values >= torch.take(edges, bin_index + 1)) & (bin_index < bins - 1)).double()
         code = torch.where(values < low, float(bins), torch.where(values > high, float(bins + 1), code))
-    return torch.where(finite > 0, code, float(bins + 2)).long()
+        code = torch.where(finite > 0, code, float(bins + 2))
+    return code.long() if index is None else index.copy_(code)
 
 
 @functools.lru_cache(maxsize=64)
@@ -199,25 +209,15 @@ def segment_counts(
     """Return the (groups, bins + 2) float64 counts of values in groups (`segment[i]`: the group of value `i`),
     each group over the automatic range of its exponent (`exponents`, (groups,) int64) or over `bounds`: one
     `bincount` for all of them. `spread(per_group, out)` repeats a (groups,) tensor over the values
-    (`Segments.spread`; default: gathered by `segment`); `work`: where the automatic range's temporaries go (flat
-    buffers "scales", "codes" and "index"; fresh tensors without one)."""
+    (`Segments.spread`; default: gathered by `segment`); `work`: where the temporaries go (flat buffers "scales",
+    "codes" and "index"; fresh tensors without one)."""
     width = bins + 3  # the bins, below and above a fixed range, and not counted
-    if exponents is None:
-        index = _codes(values, finite, bins, None, bounds)
-    else:
-
-        def buffer(name: str, dtype: torch.dtype) -> torch.Tensor | None:
-            return None if work is None else work.flat(name, values.numel(), dtype, values.device)
-
+    buffer = flat_buffers(values, work)
+    scale = None
+    if exponents is not None:
         scales = _range_scale(exponents)
-        scale = spread(scales, buffer("scales", scales.dtype)) if spread is not None else scales[segment]
-        # `_codes`' automatic range, in place: the same operations on the finite values, 0 for the others (which
-        # then become `bins + 2`, not counted)
-        code = torch.nan_to_num(values, 0.0, 0.0, 0.0, out=buffer("codes", values.dtype))
-        code.mul_(scale).add_(1.0).mul_(bins / 2).floor_().clamp_(0, bins - 1)
-        code = code.sub_(bins + 2).mul_(finite).add_(bins + 2)
-        index_buffer = buffer("index", torch.int64)
-        index = code.long() if index_buffer is None else index_buffer.copy_(code)
+        scale = spread(scales, buffer("scales")) if spread is not None else scales[segment]
+    index = _codes(values, finite, bins, scale, bounds, buffer("codes"), buffer("index", torch.int64))
     index = index.add_(segment, alpha=width)  # group g's columns from g * width
     return tally(index, groups * width).view(groups, width)[:, : bins + 2].double()
 
