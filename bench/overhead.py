@@ -221,6 +221,7 @@ def reads_alone(model: nn.Module, optimizer: torch.optim.Optimizer) -> Iterator[
     squares, read on the host; a small one: kept. The parameters: small gradients flattened into one copy, large
     ones their sums of squares; small weights flattened before and after the optimizer step and subtracted, large
     ones a sample gathered before and after. Ratios below this one cannot come from faster bookkeeping."""
+    from hookscope._torch import flatten
     from hookscope.stats._describe import sample_values, sum_of_squares, take_sample
     from hookscope.stats._sample import Sampler
     from hookscope.stats._tables import SMALL_BELOW
@@ -242,16 +243,16 @@ def reads_alone(model: nn.Module, optimizer: torch.optim.Optimizer) -> Iterator[
 
     def before_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         with torch.no_grad():
-            kept.append(torch._utils._flatten_dense_tensors([p.grad for p in small if p.grad is not None]))
+            kept.append(flatten([p.grad for p in small if p.grad is not None]))
             kept.extend(float(sum_of_squares(p.grad)) for p in large if p.grad is not None)
-            before[:] = [torch._utils._flatten_dense_tensors(small)]
+            before[:] = [flatten(small)]
             for p in large:
                 comb, _, start = sampler.draw_positions(p.numel(), p.device)
                 before.append((p, comb, start, sample_values(p, comb, start)))
 
     def after_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         with torch.no_grad():
-            after = torch._utils._flatten_dense_tensors(small)
+            after = flatten(small)
             kept.extend((before[0].sub_(after), after))
             kept.extend(values.sub_(sample_values(p, comb, start)) for p, comb, start, values in before[1:])
         kept.clear()
